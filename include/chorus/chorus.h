@@ -1,0 +1,10 @@
+// Chorus: collective communication for N processes (or threads) over shared memory and TCP.
+// This umbrella header includes the whole public API.
+#pragma once
+
+#include "chorus/communicator.h"
+#include "chorus/error.h"
+#include "chorus/export.h"
+#include "chorus/store.h"
+#include "chorus/types.h"
+#include "chorus/version.h"

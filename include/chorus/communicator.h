@@ -1,0 +1,202 @@
+// The communicator: a group of N ranks that run collectives together.
+//
+// Semantics follow NCCL: counts are per rank, and an operation is in place when send == recv (for
+// all_gather: send == recv + rank * send_count elements; for reduce_scatter: recv == send + rank *
+// recv_count elements).
+//
+// Rules every caller must know:
+// - Every rank calls the same collectives in the same order with matching arguments (count, dtype, op,
+//   root). If they do not, the ranks involved throw Error(Mismatch) naming both operations; they never
+//   silently combine different operations. Point-to-point send/recv pairs must be issued in a consistent
+//   order between the two ranks involved, relative to each other and to collectives.
+// - Buffers belong to the caller. Chorus reads and writes them only during the call; when a call returns,
+//   nothing refers to them any more.
+// - Every call returns or throws within CommOptions::timeout.
+// - A communicator is used by one thread at a time. A concurrent call from a second thread throws
+//   Error(InvalidArgument) instead of interleaving. Distinct communicators are independent.
+// - Invalid arguments throw Error(InvalidArgument) before anything is sent; the communicator stays usable.
+// - Any other error (PeerLost, Mismatch, Timeout) leaves the communicator failed: the error is sent to the
+//   peers so that they fail fast too, and every later call throws Error(Aborted) with the original cause.
+//   Create a new communicator to continue.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ranges>
+#include <string>
+#include <string_view>
+
+#include "chorus/error.h"
+#include "chorus/export.h"
+#include "chorus/store.h"
+#include "chorus/types.h"
+
+namespace chorus {
+
+enum class TransportKind : uint8_t {
+  Auto,    // in-process when every rank is a thread of this process, otherwise tcp
+  InProc,  // ranks are threads of one process
+  Tcp,     // TCP sockets (loopback inside a host)
+};
+
+struct CommOptions {
+  // Bound on every blocking call. The CHORUS_TIMEOUT_MS environment variable overrides the default of
+  // 5 minutes; a value set here explicitly wins over the environment.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // CHORUS_TRANSPORT (auto | inproc | tcp) applies when this is Auto.
+  TransportKind transport = TransportKind::Auto;
+  // Network interface to listen on (tcp). Empty: CHORUS_SOCKET_IFNAME, else the interface that routes to
+  // the store, else loopback when every rank is on this host.
+  std::string socket_ifname;
+  // Pipelining granularity of large collectives, in bytes. 0: CHORUS_SLICE_BYTES, else 512 KiB.
+  size_t slice_bytes = 0;
+  // A label for logs and error messages (default "world", or "<parent>.split").
+  std::string name;
+};
+
+inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
+
+namespace detail {
+template <class R>
+concept Buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                 requires { dtype_of<std::remove_cv_t<std::ranges::range_value_t<R>>>::value; };
+template <class R>
+constexpr DataType dtype_of_range() {
+  return dtype_of<std::remove_cv_t<std::ranges::range_value_t<R>>>::value;
+}
+}  // namespace detail
+
+class CHORUS_API Communicator {
+ public:
+  // Color for split() meaning "not a member of any new communicator".
+  static constexpr int kNoColor = -1;
+
+  // Builds the world communicator from the launcher's environment:
+  //   rank / size: CHORUS_RANK + CHORUS_WORLD_SIZE, else torchrun's RANK + WORLD_SIZE, else Open MPI's
+  //   OMPI_COMM_WORLD_RANK/SIZE, else MPICH/Hydra's PMI_RANK/PMI_SIZE, else Slurm's SLURM_PROCID/NTASKS.
+  //   store: CHORUS_STORE_ADDR ("host:port", "[v6addr]:port"), else MASTER_ADDR + MASTER_PORT. Rank 0
+  //   hosts a TCP store there unless CHORUS_STORE_HOSTED=1 says a launcher (chorus-run) already does.
+  //   Under torchrun with its agent store (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT belongs to
+  //   torch, so Chorus uses MASTER_PORT + 1. A world of size 1 needs no store.
+  // Throws Error(InvalidArgument) listing what it found when the environment is incomplete.
+  static std::unique_ptr<Communicator> from_env(const CommOptions& options = {});
+
+  // Builds a communicator of world_size ranks that rendezvous through `store`. Every rank calls this with
+  // the same world_size and a distinct rank; it returns when all ranks are connected, or throws
+  // Error(Timeout) after options.timeout. Ranks that share a store must create their communicators in
+  // the same order.
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int world_size,
+                                              const CommOptions& options = {});
+
+  // Closes connections. Peers that later need data from this rank get Error(PeerLost) saying that this
+  // rank closed its communicator. Does not wait for peers.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+
+  // recv[i] = op over ranks of send[i], on every rank.
+  void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  // Copies root's send into every rank's recv. send is read on root only (may be null elsewhere).
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root);
+  // recv[i] = op over ranks of send[i], on root only. recv is written on root only (may be null elsewhere).
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  // recv holds size() * send_count elements: rank r's send lands at recv + r * send_count.
+  void all_gather(const void* send, void* recv, size_t send_count, DataType type);
+  // send holds size() * recv_count elements; rank r receives block r of the reduction.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op);
+  // send and recv hold size() * count_per_peer elements: block j of send goes to rank j, block j of recv
+  // comes from rank j. In place when send == recv.
+  void all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type);
+  // On root, recv holds size() * send_count elements (block r from rank r); recv is ignored elsewhere.
+  // In place on root when send == recv + root * send_count.
+  void gather(const void* send, void* recv, size_t send_count, DataType type, int root);
+  // On root, send holds size() * recv_count elements (block r goes to rank r); send is ignored elsewhere.
+  // In place on root when recv == send + root * recv_count.
+  void scatter(const void* send, void* recv, size_t recv_count, DataType type, int root);
+  // Returns once every rank has entered the barrier.
+  void barrier();
+  // Point-to-point. count and type must match the peer's recv exactly. send() returns when the data is
+  // handed to the transport; a large send may wait until the peer posts its recv, so two ranks that both
+  // send a large message to each other before receiving can deadlock (until the timeout), as in MPI.
+  // peer must differ from rank().
+  void send(const void* buf, size_t count, DataType type, int peer);
+  void recv(void* buf, size_t count, DataType type, int peer);
+
+  // Splits this communicator, as MPI_Comm_split / ncclCommSplit: every rank calls it (collectively);
+  // ranks with the same color form a new communicator, ordered by (key, rank in this communicator).
+  // Returns nullptr for color kNoColor. The child inherits this communicator's options and store.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // Effective options (environment applied).
+  const CommOptions& options() const noexcept;
+  // "inproc" or "tcp".
+  std::string_view transport_name() const noexcept;
+  // True once an error other than InvalidArgument has broken this communicator.
+  bool failed() const noexcept;
+
+  // ---- typed conveniences (any contiguous range of a supported element type) ----
+  template <detail::Buffer S, detail::Buffer R>
+  void all_reduce(const S& send, R&& recv, ReduceOp op) {
+    check_sizes(std::ranges::size(send), std::ranges::size(recv), 1, "all_reduce");
+    all_reduce(std::ranges::data(send), std::ranges::data(recv), std::ranges::size(send),
+               detail::dtype_of_range<R>(), op);
+  }
+  template <detail::Buffer R>
+  void all_reduce(R&& data, ReduceOp op) {
+    all_reduce(std::ranges::data(data), std::ranges::data(data), std::ranges::size(data),
+               detail::dtype_of_range<R>(), op);
+  }
+  template <detail::Buffer R>
+  void broadcast(R&& data, int root) {
+    broadcast(std::ranges::data(data), std::ranges::data(data), std::ranges::size(data),
+              detail::dtype_of_range<R>(), root);
+  }
+  template <detail::Buffer R>
+  void reduce(R&& data, ReduceOp op, int root) {
+    reduce(std::ranges::data(data), std::ranges::data(data), std::ranges::size(data),
+           detail::dtype_of_range<R>(), op, root);
+  }
+  template <detail::Buffer S, detail::Buffer R>
+  void all_gather(const S& send, R&& recv) {
+    check_sizes(std::ranges::size(send), std::ranges::size(recv), size(), "all_gather");
+    all_gather(std::ranges::data(send), std::ranges::data(recv), std::ranges::size(send),
+               detail::dtype_of_range<R>());
+  }
+  template <detail::Buffer S, detail::Buffer R>
+  void reduce_scatter(const S& send, R&& recv, ReduceOp op) {
+    check_sizes(std::ranges::size(recv), std::ranges::size(send), size(), "reduce_scatter");
+    reduce_scatter(std::ranges::data(send), std::ranges::data(recv), std::ranges::size(recv),
+                   detail::dtype_of_range<R>(), op);
+  }
+  template <detail::Buffer S, detail::Buffer R>
+  void all_to_all(const S& send, R&& recv) {
+    check_sizes(std::ranges::size(send), std::ranges::size(recv), 1, "all_to_all");
+    check_sizes(std::ranges::size(send) / size(), std::ranges::size(send), size(), "all_to_all");
+    all_to_all(std::ranges::data(send), std::ranges::data(recv), std::ranges::size(send) / size(),
+               detail::dtype_of_range<R>());
+  }
+  template <detail::Buffer S>
+  void send(const S& data, int peer) {
+    send(std::ranges::data(data), std::ranges::size(data), detail::dtype_of_range<S>(), peer);
+  }
+  template <detail::Buffer R>
+  void recv(R&& data, int peer) {
+    recv(std::ranges::data(data), std::ranges::size(data), detail::dtype_of_range<R>(), peer);
+  }
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  // Throws InvalidArgument unless small * factor == big.
+  static void check_sizes(size_t small, size_t big, size_t factor, const char* what);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus
