@@ -30,10 +30,13 @@ class CHORUS_API Error : public std::runtime_error {
 
   ErrorCode code() const noexcept { return code_; }
   int peer() const noexcept { return peer_; }
+  // The message alone; what() is "chorus: <message> [<code>]".
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorCode code_;
   int peer_;
+  std::string message_;
 };
 
 }  // namespace chorus

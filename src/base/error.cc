@@ -19,7 +19,10 @@ const char* to_string(ErrorCode code) noexcept {
 }
 
 Error::Error(ErrorCode code, const std::string& message, int peer)
-    : std::runtime_error("chorus: " + message + " [" + to_string(code) + "]"), code_(code), peer_(peer) {}
+    : std::runtime_error("chorus: " + message + " [" + to_string(code) + "]"),
+      code_(code),
+      peer_(peer),
+      message_(message) {}
 
 namespace base {
 

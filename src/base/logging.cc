@@ -17,7 +17,7 @@ namespace {
 
 std::mutex g_out_mu;
 FILE* g_out = nullptr;  // guarded by g_out_mu; nullptr means stderr
-thread_local std::string t_tag;
+thread_local const std::string* t_tag = nullptr;
 
 std::string host_name() {
   char buf[256] = {0};
@@ -89,13 +89,13 @@ void init_logging_from_env() {
 
 void set_log_level(LogLevel level) { detail::g_log_level.store(static_cast<int>(level), std::memory_order_relaxed); }
 
-LogTag::LogTag(std::string tag) : previous_(std::move(t_tag)) { t_tag = std::move(tag); }
-LogTag::~LogTag() { t_tag = std::move(previous_); }
+LogTag::LogTag(const std::string* tag) : previous_(t_tag) { t_tag = tag; }
+LogTag::~LogTag() { t_tag = previous_; }
 
 void detail::write_log(LogLevel level, std::string_view message) {
   static const std::string host = host_name();
   std::string line = fmt::format("{}:{}:{} [{}] CHORUS {} {}\n", host, getpid(), static_cast<long>(syscall(SYS_gettid)),
-                                 t_tag.empty() ? "-" : t_tag, level_name(level), message);
+                                 t_tag ? *t_tag : std::string("-"), level_name(level), message);
   std::lock_guard<std::mutex> lock(g_out_mu);
   FILE* out = g_out ? g_out : stderr;
   std::fwrite(line.data(), 1, line.size(), out);

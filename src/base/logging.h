@@ -28,17 +28,17 @@ inline bool log_enabled(LogLevel level) {
   return static_cast<int>(level) <= detail::g_log_level.load(std::memory_order_relaxed);
 }
 
-// A per-thread tag printed in every log line, e.g. "world r3/8". Set while a communicator works on
-// this thread.
+// A per-thread tag printed in every log line, e.g. "world r3/8", set while a communicator works on this
+// thread. It stores a pointer: the string must outlive the scope. Cheap enough for every operation.
 class LogTag {
  public:
-  explicit LogTag(std::string tag);
+  explicit LogTag(const std::string* tag);
   ~LogTag();
   LogTag(const LogTag&) = delete;
   LogTag& operator=(const LogTag&) = delete;
 
  private:
-  std::string previous_;
+  const std::string* previous_;
 };
 
 template <class... Args>

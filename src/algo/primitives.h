@@ -1,0 +1,112 @@
+// The step primitives every algorithm is written in, and the per-operation context they run in.
+//
+// An algorithm sees peers and byte ranges, never sockets. It blocks only in receives; sends are
+// asynchronous and complete before the operation returns (flush), or before a temporary buffer is
+// reused (wait). Frames to one peer are numbered by `step`, so both sides agree on the order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/time.h"
+#include "chorus/types.h"
+#include "kernels/reduce.h"
+#include "transport/transport.h"
+
+namespace chorus::algo {
+
+// Memory an operation may borrow, owned by the communicator and reused across calls, so the small-message
+// path does not allocate.
+class Scratch {
+ public:
+  // A 64-byte aligned buffer of at least `bytes`, valid until the next call of buffer().
+  char* buffer(size_t bytes);
+  std::vector<uint32_t>& send_steps() { return send_steps_; }
+  std::vector<uint32_t>& recv_steps() { return recv_steps_; }
+  void reset_steps(int size) {
+    send_steps_.assign(static_cast<size_t>(size), 0);
+    recv_steps_.assign(static_cast<size_t>(size), 0);
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char, FreeDeleter> buf_;
+  size_t cap_ = 0;
+  std::vector<uint32_t> send_steps_, recv_steps_;
+};
+
+// Everything an algorithm needs for one call.
+struct OpContext {
+  transport::Transport* transport = nullptr;
+  Scratch* scratch = nullptr;
+  int rank = 0;
+  int size = 1;
+  transport::MessageTag tag;  // the operation's fingerprint; `step` is filled per frame
+  base::Deadline deadline;
+  size_t slice_bytes = 512 * 1024;  // a multiple of esize
+  DataType dtype = DataType::Float32;
+  size_t esize = 4;
+  ReduceOp op = ReduceOp::Sum;
+  transport::Reduction reduce;        // one combining step (Sum for Avg)
+  transport::Reduction reduce_final;  // the last combining step of an element: divides for Avg
+  kernels::DivFn divide = nullptr;    // for Avg where no combining step is left (world of 1)
+};
+
+class Prims {
+ public:
+  explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->reset_steps(ctx.size); }
+
+  transport::SendHandle send(int peer, const void* data, size_t bytes) {
+    transport::MessageTag t = c_.tag;
+    t.step = c_.scratch->send_steps()[peer]++;
+    return c_.transport->isend(peer, t, data, bytes, c_.deadline);
+  }
+  void recv(int peer, void* dst, size_t bytes) {
+    transport::MessageTag t = c_.tag;
+    t.step = c_.scratch->recv_steps()[peer]++;
+    c_.transport->recv(peer, t, dst, bytes, c_.deadline);
+  }
+  // dst = incoming (op) local; `last` applies the final step of Avg (divide by the world size).
+  void recv_reduce(int peer, void* dst, const void* local, size_t bytes, bool last = false) {
+    transport::MessageTag t = c_.tag;
+    t.step = c_.scratch->recv_steps()[peer]++;
+    c_.transport->recv_reduce(peer, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
+  }
+  void recv_copy_send(int from, int to, void* dst, size_t bytes) {
+    recv(from, dst, bytes);
+    send(to, dst, bytes);
+  }
+  void recv_reduce_copy_send(int from, int to, void* dst, const void* local, size_t bytes, bool last = false) {
+    recv_reduce(from, dst, local, bytes, last);
+    send(to, dst, bytes);
+  }
+  void wait(transport::SendHandle h) { c_.transport->wait_send(h, c_.deadline); }
+  void flush() { c_.transport->flush(c_.deadline); }
+
+  const OpContext& ctx() const { return c_; }
+
+ private:
+  OpContext& c_;
+};
+
+// Splits `count` elements into `parts` contiguous blocks whose sizes differ by at most one.
+struct Partition {
+  size_t count;
+  int parts;
+  size_t offset(int i) const {
+    size_t base = count / parts, rem = count % parts;
+    return static_cast<size_t>(i) * base + std::min<size_t>(static_cast<size_t>(i), rem);
+  }
+  size_t size(int i) const { return count / parts + (static_cast<size_t>(i) < count % parts ? 1 : 0); }
+};
+
+// Number of slices of at most slice_bytes that `bytes` is cut into (0 for 0 bytes).
+inline size_t num_slices(size_t bytes, size_t slice_bytes) { return (bytes + slice_bytes - 1) / slice_bytes; }
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace chorus::algo

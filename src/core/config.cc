@@ -1,0 +1,118 @@
+#include "core/config.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace chorus::core {
+
+std::optional<std::string> env_string(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<long long> env_int(const char* name) {
+  auto v = env_string(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (errno != 0 || end == v->c_str() || *end != '\0') {
+    base::throw_error(ErrorCode::InvalidArgument, fmt::format("{}='{}' is not an integer", name, *v));
+  }
+  return x;
+}
+
+std::optional<size_t> parse_size(std::string_view t) {
+  if (t.empty()) return std::nullopt;
+  size_t i = 0;
+  unsigned long long x = 0;
+  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) {
+    x = x * 10 + static_cast<unsigned>(t[i] - '0');
+    if (x > (1ull << 50)) return std::nullopt;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  if (i < t.size()) {
+    char u = static_cast<char>(std::toupper(static_cast<unsigned char>(t[i])));
+    int shift = u == 'K' ? 10 : u == 'M' ? 20 : u == 'G' ? 30 : -1;
+    if (shift < 0) return std::nullopt;
+    x <<= shift;
+    ++i;
+    if (i < t.size() && (t[i] == 'B' || t[i] == 'b' || t[i] == 'i')) ++i;
+    if (i < t.size() && (t[i] == 'B' || t[i] == 'b')) ++i;
+  }
+  if (i != t.size()) return std::nullopt;
+  return static_cast<size_t>(x);
+}
+
+const char* transport_kind_name(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::Auto: return "auto";
+    case TransportKind::InProc: return "inproc";
+    case TransportKind::Tcp: return "tcp";
+  }
+  return "?";
+}
+
+Config resolve_config(const CommOptions& o) {
+  Config c;
+  c.timeout = o.timeout;
+  if (o.timeout == kDefaultTimeout) {
+    if (auto ms = env_int("CHORUS_TIMEOUT_MS")) {
+      if (*ms <= 0) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_TIMEOUT_MS must be positive");
+      c.timeout = std::chrono::milliseconds(*ms);
+    }
+  }
+  if (c.timeout.count() <= 0) base::throw_error(ErrorCode::InvalidArgument, "CommOptions::timeout must be positive");
+
+  c.transport = o.transport;
+  if (c.transport == TransportKind::Auto) {
+    if (auto t = env_string("CHORUS_TRANSPORT")) {
+      if (*t == "auto") {
+        c.transport = TransportKind::Auto;
+      } else if (*t == "inproc") {
+        c.transport = TransportKind::InProc;
+      } else if (*t == "tcp") {
+        c.transport = TransportKind::Tcp;
+      } else if (*t == "shm") {
+        // Shared memory is not built yet; tcp over loopback is the closest working choice.
+        c.transport = TransportKind::Tcp;
+      } else {
+        base::throw_error(ErrorCode::InvalidArgument,
+                          fmt::format("CHORUS_TRANSPORT='{}' is not one of auto, inproc, tcp", *t));
+      }
+    }
+  }
+
+  c.socket_ifname = o.socket_ifname;
+  if (c.socket_ifname.empty()) c.socket_ifname = env_string("CHORUS_SOCKET_IFNAME").value_or("");
+
+  size_t slice = o.slice_bytes;
+  if (slice == 0) {
+    if (auto s = env_string("CHORUS_SLICE_BYTES")) {
+      auto v = parse_size(*s);
+      if (!v || *v == 0) {
+        base::throw_error(ErrorCode::InvalidArgument, fmt::format("CHORUS_SLICE_BYTES='{}' is not a size", *s));
+      }
+      slice = *v;
+    }
+  }
+  if (slice) c.slice_bytes = slice;
+  if (c.slice_bytes < 64) c.slice_bytes = 64;
+
+  if (auto b = env_string("CHORUS_SOCKET_BUFFER_BYTES")) {
+    auto v = parse_size(*b);
+    if (!v || *v > (1u << 30)) {
+      base::throw_error(ErrorCode::InvalidArgument, fmt::format("CHORUS_SOCKET_BUFFER_BYTES='{}' is not a size", *b));
+    }
+    c.socket_buffer_bytes = static_cast<int>(*v);
+  }
+  return c;
+}
+
+}  // namespace chorus::core

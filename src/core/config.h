@@ -1,0 +1,33 @@
+// Every environment variable Chorus reads, in one place, resolved once per communicator.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "chorus/communicator.h"
+
+namespace chorus::core {
+
+struct Config {
+  std::chrono::milliseconds timeout{kDefaultTimeout};
+  TransportKind transport = TransportKind::Auto;
+  std::string socket_ifname;
+  size_t slice_bytes = 512 * 1024;
+  int socket_buffer_bytes = 0;
+};
+
+// Options win over the environment where they were set; the environment wins over built-in defaults.
+// Throws Error(InvalidArgument) naming a malformed variable.
+Config resolve_config(const CommOptions& options);
+
+// Environment access helpers (also used by the launcher detection).
+std::optional<std::string> env_string(const char* name);
+std::optional<long long> env_int(const char* name);  // throws InvalidArgument if present but not an integer
+// Parses "512", "64K", "1M", "2G" (binary units).
+std::optional<size_t> parse_size(std::string_view text);
+
+const char* transport_kind_name(TransportKind kind);
+
+}  // namespace chorus::core

@@ -1,0 +1,611 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace chorus::transport {
+
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x31484843;  // "CHH1"
+constexpr uint32_t kWakeId = 0xffffffffu;
+constexpr int kMaxIov = 64;
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_tag;
+  int32_t rank;
+  int32_t size;
+};
+
+Hello make_hello(uint64_t tag, int rank, int size) { return Hello{kHelloMagic, 1, tag, rank, size}; }
+
+base::SockAddr choose_listen_address(const TcpOptions& options, const std::optional<base::SockAddr>& store_address,
+                                     bool all_local) {
+  if (!options.ifname.empty()) {
+    auto a = base::interface_address(options.ifname);
+    if (!a) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("socket interface '{}' (CHORUS_SOCKET_IFNAME) has no usable IP address",
+                                    options.ifname));
+    }
+    return *a;
+  }
+  if (all_local) return base::loopback_address(store_address ? store_address->family() : AF_INET);
+  if (store_address) {
+    if (store_address->is_loopback()) return base::loopback_address(store_address->family());
+    if (auto a = base::route_source_address(*store_address)) return *a;
+  }
+  base::throw_error(ErrorCode::InvalidArgument,
+                    "cannot choose a network interface for the tcp transport: set CHORUS_SOCKET_IFNAME");
+}
+
+void send_hello(int fd, const Hello& h, const base::Deadline& deadline, int peer) {
+  if (base::write_full(fd, &h, sizeof(h), deadline) != base::IoStatus::Ok) {
+    base::throw_error(ErrorCode::PeerLost, fmt::format("connection to rank {} failed during setup", peer), peer);
+  }
+}
+
+}  // namespace
+
+TcpTransport::TcpTransport(int rank, int size, uint64_t comm_tag)
+    : Transport(rank, size), comm_tag_(comm_tag), peers_(size), staging_(new char[kStagingBytes]) {}
+
+std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
+                                                    uint64_t comm_tag, const TcpOptions& options,
+                                                    const std::optional<base::SockAddr>& store_address,
+                                                    bool all_local, base::Deadline deadline) {
+  std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
+  base::SockAddr addr = choose_listen_address(options, store_address, all_local);
+  addr.set_port(0);
+  base::Fd listener = base::listen_tcp(addr, std::max(128, size + 16));
+  base::SockAddr bound = base::local_address(listener.get());
+  t->listen_address_ = bound.to_string();
+  store.set(key_prefix + "addr/" + std::to_string(rank), t->listen_address_);
+  base::log_debug("tcp transport listening on {}", t->listen_address_);
+
+  // Higher ranks connect to us; an acceptor thread takes them while this thread connects to lower ranks.
+  std::exception_ptr accept_error;
+  std::thread acceptor([&] {
+    try {
+      int expected = size - 1 - rank;
+      while (expected > 0) {
+        pollfd p{listener.get(), POLLIN, 0};
+        int rc = ::poll(&p, 1, deadline.poll_timeout_ms(200));
+        if (rc < 0 && errno != EINTR) base::throw_errno("poll", errno);
+        if (rc <= 0) {
+          if (deadline.expired()) {
+            std::string missing;
+            for (int r = rank + 1; r < size; ++r)
+              if (!t->peers_[r].fd.valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            base::throw_error(ErrorCode::Timeout,
+                              fmt::format("rank {} timed out waiting for ranks {} to connect", rank, missing));
+          }
+          continue;
+        }
+        base::Fd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!c.valid()) continue;
+        Hello h{};
+        auto hello_deadline = base::Deadline::after(std::min<std::chrono::milliseconds>(
+            deadline.remaining(), std::chrono::milliseconds(10000)));
+        if (base::read_full(c.get(), &h, sizeof(h), hello_deadline) != base::IoStatus::Ok || h.magic != kHelloMagic) {
+          base::log_warn("rank {}: dropped a connection from {} that did not say hello", rank,
+                         base::peer_address(c.get()).to_string());
+          continue;
+        }
+        if (h.comm_tag != comm_tag || h.size != size || h.rank <= rank || h.rank >= size ||
+            t->peers_[h.rank].fd.valid()) {
+          base::log_warn("rank {}: dropped a connection from {} claiming rank {} of {} (tag {:016x}); it belongs to "
+                         "another communicator or job",
+                         rank, base::peer_address(c.get()).to_string(), h.rank, h.size, h.comm_tag);
+          continue;
+        }
+        send_hello(c.get(), make_hello(comm_tag, rank, size), deadline, h.rank);
+        t->peers_[h.rank].fd = std::move(c);
+        --expected;
+      }
+    } catch (...) {
+      accept_error = std::current_exception();
+    }
+  });
+
+  std::exception_ptr connect_error;
+  try {
+    for (int p = 0; p < rank; ++p) {
+      std::string peer_addr = store.get(key_prefix + "addr/" + std::to_string(p), deadline.remaining());
+      base::HostPort hp = base::parse_host_port(peer_addr, "peer address");
+      base::Fd c = base::connect_tcp(base::resolve(hp.host, hp.port), deadline, fmt::format("rank {}", p));
+      send_hello(c.get(), make_hello(comm_tag, rank, size), deadline, p);
+      Hello h{};
+      if (base::read_full(c.get(), &h, sizeof(h), deadline) != base::IoStatus::Ok || h.magic != kHelloMagic ||
+          h.comm_tag != comm_tag || h.rank != p) {
+        base::throw_error(ErrorCode::Mismatch,
+                          fmt::format("rank {}: the process at {} is not rank {} of this communicator", rank,
+                                      peer_addr, p),
+                          p);
+      }
+      t->peers_[p].fd = std::move(c);
+    }
+  } catch (...) {
+    connect_error = std::current_exception();
+  }
+  acceptor.join();
+  if (connect_error) std::rethrow_exception(connect_error);
+  if (accept_error) std::rethrow_exception(accept_error);
+
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    int fd = t->peers_[p].fd.get();
+    base::set_nonblocking(fd, true);
+    base::set_nodelay(fd);
+    base::set_buffer_sizes(fd, options.socket_buffer_bytes);
+  }
+  t->setup_epoll();
+  return t;
+}
+
+void TcpTransport::setup_epoll() {
+  epoll_ = base::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid()) base::throw_errno("epoll_create1", errno);
+  wake_ = base::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid()) base::throw_errno("eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u32 = kWakeId;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) base::throw_errno("epoll_ctl", errno);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    ev.events = EPOLLRDHUP;
+    ev.data.u32 = static_cast<uint32_t>(p);
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, peers_[p].fd.get(), &ev) != 0) base::throw_errno("epoll_ctl", errno);
+  }
+}
+
+TcpTransport::~TcpTransport() { close(); }
+
+void TcpTransport::check_usable() {
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    throw Error(ErrorCode::Aborted, abort_reason_);
+  }
+  if (failed_) throw Error(ErrorCode::Aborted, fmt::format("the communicator failed earlier: {}", failed_->message()));
+}
+
+void TcpTransport::set_interest(int peer, uint32_t bits, bool on) {
+  Peer& p = peers_[peer];
+  uint32_t want = on ? (p.interest | bits) : (p.interest & ~bits);
+  if (want == p.interest || p.hung_up) return;
+  epoll_event ev{};
+  ev.events = want | EPOLLRDHUP;
+  ev.data.u32 = static_cast<uint32_t>(peer);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, p.fd.get(), &ev) != 0) base::throw_errno("epoll_ctl", errno);
+  p.interest = want;
+}
+
+// ---------------------------------------------------------------- sending
+
+SendHandle TcpTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
+                               const base::Deadline& deadline) {
+  check_usable();
+  Peer& p = peers_[peer];
+  if (p.hung_up) throw_peer_error(peer, "cannot send");
+  p.queue.push_back(SendReq{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data),
+                            len, 0});
+  uint64_t index = p.posted++;
+  if (p.queue.size() == 1) progress_sends(peer);
+  return SendHandle{peer, index};
+}
+
+void TcpTransport::progress_sends(int peer) {
+  Peer& p = peers_[peer];
+  while (!p.queue.empty()) {
+    iovec iov[kMaxIov];
+    int n = 0;
+    for (auto it = p.queue.begin(); it != p.queue.end() && n + 2 <= kMaxIov; ++it) {
+      size_t done = it->done;
+      if (done < sizeof(FrameHeader)) {
+        iov[n++] = {reinterpret_cast<char*>(&it->header) + done, sizeof(FrameHeader) - done};
+        done = sizeof(FrameHeader);
+      }
+      size_t off = done - sizeof(FrameHeader);
+      if (off < it->len) iov[n++] = {const_cast<char*>(it->data) + off, it->len - off};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    ssize_t w = ::sendmsg(p.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        set_interest(peer, EPOLLOUT, true);
+        return;
+      }
+      if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) {
+        p.reset = errno == ECONNRESET;
+        handle_hangup(peer);
+        throw_peer_error(peer, "cannot send");
+      }
+      base::throw_errno(fmt::format("send to rank {}", peer), errno);
+    }
+    size_t left = static_cast<size_t>(w);
+    while (left > 0) {
+      SendReq& r = p.queue.front();
+      size_t rem = sizeof(FrameHeader) + r.len - r.done;
+      if (left >= rem) {
+        left -= rem;
+        p.queue.pop_front();
+        ++p.completed;
+      } else {
+        r.done += left;
+        left = 0;
+      }
+    }
+  }
+  set_interest(peer, EPOLLOUT, false);
+}
+
+void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
+  Peer& p = peers_[h.peer];
+  while (p.completed <= h.index) {
+    check_usable();
+    progress_sends(h.peer);
+    if (p.completed > h.index) break;
+    poll_once(deadline, -1, h.peer, "to accept our data", nullptr);
+  }
+}
+
+void TcpTransport::flush(const base::Deadline& deadline) {
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_ || peers_[q].queue.empty()) continue;
+    wait_send(SendHandle{q, peers_[q].posted - 1}, deadline);
+  }
+}
+
+// ---------------------------------------------------------------- receiving
+
+ssize_t TcpTransport::read_some(int peer, iovec* iov, int iovcnt) {
+  Peer& p = peers_[peer];
+  if (p.stash_pos < p.stash.size()) {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt && p.stash_pos < p.stash.size(); ++i) {
+      size_t n = std::min(iov[i].iov_len, p.stash.size() - p.stash_pos);
+      std::memcpy(iov[i].iov_base, p.stash.data() + p.stash_pos, n);
+      p.stash_pos += n;
+      total += n;
+      if (n < iov[i].iov_len) break;
+    }
+    return static_cast<ssize_t>(total);
+  }
+  if (p.hung_up) return 0;
+  while (true) {
+    ssize_t n = ::readv(p.fd.get(), iov, iovcnt);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
+    if (errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE) {
+      p.reset = true;
+      return 0;
+    }
+    base::throw_errno(fmt::format("receive from rank {}", peer), errno);
+  }
+}
+
+void TcpTransport::recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) {
+  receive(peer, tag, static_cast<char*>(dst), len, nullptr, nullptr, deadline);
+}
+
+void TcpTransport::recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
+                               const Reduction& reduction, const base::Deadline& deadline) {
+  receive(peer, tag, static_cast<char*>(dst), len, &reduction, static_cast<const char*>(local), deadline);
+}
+
+void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t len, const Reduction* reduction,
+                           const char* local, const base::Deadline& deadline) {
+  check_usable();
+  Peer& p = peers_[peer];
+  if (p.error) throw *p.error;
+
+  FrameHeader h;
+  size_t hgot = 0;
+  // Payload goes straight to dst, or through the staging piece when it has to be reduced. The header and
+  // the start of the payload are read together (one readv for a small message); the header is checked
+  // before any payload byte is used.
+  size_t done = 0;  // payload bytes finished (written or reduced)
+  size_t piece = reduction ? std::min(len, kStagingBytes) : len;
+  size_t pgot = 0;
+  char* pdst = reduction ? staging_.get() : dst;
+  while (true) {
+    iovec iov[2];
+    int n = 0;
+    if (hgot < sizeof(h)) iov[n++] = {reinterpret_cast<char*>(&h) + hgot, sizeof(h) - hgot};
+    if (pgot < piece) iov[n++] = {pdst + pgot, piece - pgot};
+    if (n > 0) {
+      ssize_t r = read_some(peer, iov, n);
+      if (r < 0) {
+        poll_once(deadline, peer, peer, "data", &tag);
+        continue;
+      }
+      if (r == 0) {
+        handle_hangup(peer);
+        throw_peer_error(peer, "waiting for data");
+      }
+      size_t got = static_cast<size_t>(r);
+      size_t to_header = std::min(got, sizeof(h) - hgot);
+      bool header_completed = to_header > 0 && hgot + to_header == sizeof(h);
+      hgot += to_header;
+      pgot += got - to_header;
+      if (header_completed) {
+        if (!header_intact(h) || h.kind != static_cast<uint8_t>(FrameKind::Data)) {
+          on_unexpected_frame(peer, h, tag, len, pdst, pgot, deadline);
+        }
+        check_data_frame(h, tag, len, comm_tag_, rank_, peer);
+      }
+    }
+    if (hgot == sizeof(h) && pgot == piece) {
+      if (reduction && piece > 0) reduction->apply(dst + done, staging_.get(), local + done, piece);
+      done += piece;
+      if (done == len) return;
+      piece = reduction ? std::min(len - done, kStagingBytes) : len - done;
+      pgot = 0;
+      pdst = reduction ? staging_.get() : dst + done;
+    }
+  }
+}
+
+void TcpTransport::on_unexpected_frame(int peer, const FrameHeader& h, const MessageTag& tag, size_t len,
+                                       const char* spilled, size_t spilled_len, const base::Deadline& deadline) {
+  Peer& p = peers_[peer];
+  if (header_intact(h) && h.comm_tag == comm_tag_ && h.kind == static_cast<uint8_t>(FrameKind::Goodbye)) {
+    p.goodbye = true;
+    throw peer_closed_error(rank_, peer, true, fmt::format("this rank is in {}", describe(tag)));
+  }
+  if (header_intact(h) && h.comm_tag == comm_tag_ && h.kind == static_cast<uint8_t>(FrameKind::Abort) &&
+      h.length <= 64 * 1024) {
+    // Part of the abort message may already sit in the receive buffer; read the rest (bounded).
+    std::string payload(spilled, std::min<size_t>(spilled_len, h.length));
+    if (payload.size() < h.length) {
+      std::string rest(h.length - payload.size(), '\0');
+      auto dl = base::Deadline::after(std::chrono::milliseconds(500));
+      base::Deadline bounded = dl.at() < deadline.at() ? dl : deadline;
+      size_t got = 0;
+      while (got < rest.size()) {
+        iovec iov{rest.data() + got, rest.size() - got};
+        ssize_t r = read_some(peer, &iov, 1);
+        if (r > 0) {
+          got += static_cast<size_t>(r);
+        } else if (r == 0 || bounded.expired()) {
+          break;
+        } else {
+          pollfd pf{p.fd.get(), POLLIN, 0};
+          ::poll(&pf, 1, bounded.poll_timeout_ms(50));
+        }
+      }
+      payload += rest.substr(0, got);
+    }
+    int code = 0, culprit = -1;
+    std::string message;
+    if (decode_abort(payload.data(), payload.size(), &code, &culprit, &message)) {
+      p.error.emplace(static_cast<ErrorCode>(code),
+                      fmt::format("rank {} aborted the communicator: {}", peer, message), culprit >= 0 ? culprit : peer);
+      throw *p.error;
+    }
+  }
+  // Corrupted or foreign: check_data_frame produces the precise error.
+  check_data_frame(h, tag, len, comm_tag_, rank_, peer);
+  throw Error(ErrorCode::Internal, fmt::format("unexpected frame kind {} from rank {}", h.kind, peer), peer);
+}
+
+// ---------------------------------------------------------------- waiting and failures
+
+void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
+                             const MessageTag* tag) {
+  if (reading_peer >= 0) set_interest(reading_peer, EPOLLIN, true);
+  epoll_event events[64];
+  int n = ::epoll_wait(epoll_.get(), events, 64, deadline.poll_timeout_ms(1000));
+  if (n < 0) {
+    if (errno == EINTR) return;
+    base::throw_errno("epoll_wait", errno);
+  }
+  if (n == 0) {
+    if (deadline.expired()) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("rank {} timed out waiting for rank {} ({}{}); rank {} may be stuck, dead without "
+                              "closing its connections, or calling collectives in a different order",
+                              rank_, waiting_peer, what, tag ? " in " + describe(*tag) : std::string(), waiting_peer),
+                  waiting_peer);
+    }
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    uint32_t id = events[i].data.u32;
+    uint32_t ev = events[i].events;
+    if (id == kWakeId) {
+      uint64_t v;
+      while (::read(wake_.get(), &v, sizeof(v)) > 0) {
+      }
+      check_usable();
+      continue;
+    }
+    int q = static_cast<int>(id);
+    if (q < 0 || q >= size_ || peers_[q].hung_up) continue;
+    if (ev & EPOLLOUT) progress_sends(q);
+    if (q != reading_peer && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+      handle_hangup(q);
+      if (peers_[q].error) throw *peers_[q].error;
+      continue;
+    }
+    if ((ev & EPOLLIN) && q != reading_peer) set_interest(q, EPOLLIN, false);
+  }
+}
+
+void TcpTransport::handle_hangup(int peer) {
+  Peer& p = peers_[peer];
+  if (p.hung_up) return;
+  // The peer will send nothing more: read what is left of its stream so we learn whether it said goodbye,
+  // aborted, or died. The amount is bounded by the socket buffers.
+  std::string tail;
+  char buf[64 * 1024];
+  while (true) {
+    ssize_t n = ::recv(p.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      tail.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) break;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // EPOLLHUP/ERR without the end of the stream yet: the socket is broken (e.g. reset mid-way).
+      if (!p.reset) {
+        int err = 0;
+        socklen_t elen = sizeof(err);
+        getsockopt(p.fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen);
+        if (err == 0) return;  // spurious; keep the connection
+        p.reset = true;
+      }
+      break;
+    }
+    p.reset = true;
+    break;
+  }
+  p.hung_up = true;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.fd.get(), nullptr);
+  p.interest = 0;
+  p.stash.erase(0, p.stash_pos);
+  p.stash_pos = 0;
+  p.stash += tail;
+
+  // Walk the frames left in the stream.
+  size_t pos = 0;
+  while (pos + sizeof(FrameHeader) <= p.stash.size()) {
+    FrameHeader h;
+    std::memcpy(&h, p.stash.data() + pos, sizeof(h));
+    if (!header_intact(h)) {
+      p.error.emplace(ErrorCode::Internal,
+                      fmt::format("rank {} sent a corrupted frame before its connection closed", peer), peer);
+      return;
+    }
+    if (h.kind == static_cast<uint8_t>(FrameKind::Goodbye)) {
+      p.goodbye = true;
+      return;
+    }
+    if (h.kind == static_cast<uint8_t>(FrameKind::Abort)) {
+      int code = 0, culprit = -1;
+      std::string message;
+      size_t avail = std::min<size_t>(h.length, p.stash.size() - pos - sizeof(h));
+      if (decode_abort(p.stash.data() + pos + sizeof(h), avail, &code, &culprit, &message)) {
+        p.error.emplace(static_cast<ErrorCode>(code),
+                        fmt::format("rank {} aborted the communicator: {}", peer, message),
+                        culprit >= 0 ? culprit : peer);
+      } else {
+        p.error.emplace(ErrorCode::Aborted, fmt::format("rank {} aborted the communicator", peer), peer);
+      }
+      return;
+    }
+    pos += sizeof(FrameHeader) + h.length;
+  }
+  p.error.emplace(peer_closed_error(rank_, peer, false, p.reset ? "connection reset" : ""));
+}
+
+void TcpTransport::throw_peer_error(int peer, const char* context) {
+  Peer& p = peers_[peer];
+  if (p.error) throw *p.error;
+  throw peer_closed_error(rank_, peer, p.goodbye, context);
+}
+
+void TcpTransport::fail(const Error& error) noexcept {
+  if (failed_ || closed_) return;
+  failed_.emplace(error);
+  std::string payload = encode_abort(static_cast<int>(error.code()), error.peer(), error.message());
+  MessageTag none;
+  FrameHeader h = make_header(FrameKind::Abort, none, payload.size(), comm_tag_, rank_);
+  auto deadline = base::Deadline::after(std::chrono::milliseconds(200));
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    Peer& p = peers_[q];
+    if (!p.fd.valid()) continue;
+    if (!p.hung_up) {
+      try {
+        // A frame already half on the wire must be finished first, or the abort would land inside it; if
+        // that cannot be done in time the peer will see the connection close instead.
+        bool clean = true;
+        if (!p.queue.empty() && p.queue.front().done > 0) {
+          SendReq& r = p.queue.front();
+          const char* hb = reinterpret_cast<const char*>(&r.header);
+          if (r.done < sizeof(FrameHeader)) {
+            clean = base::write_full(p.fd.get(), hb + r.done, sizeof(FrameHeader) - r.done, deadline) ==
+                    base::IoStatus::Ok;
+            r.done = sizeof(FrameHeader);
+          }
+          size_t off = r.done - sizeof(FrameHeader);
+          clean = clean && base::write_full(p.fd.get(), r.data + off, r.len - off, deadline) == base::IoStatus::Ok;
+        }
+        if (clean && base::write_full(p.fd.get(), &h, sizeof(h), deadline) == base::IoStatus::Ok) {
+          base::write_full(p.fd.get(), payload.data(), payload.size(), deadline);
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    p.queue.clear();
+    ::shutdown(p.fd.get(), SHUT_WR);
+  }
+}
+
+void TcpTransport::abort(const std::string& reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    abort_reason_ = reason;
+  }
+  aborted_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  if (wake_.valid()) [[maybe_unused]] auto r = ::write(wake_.get(), &one, sizeof(one));
+}
+
+void TcpTransport::close() noexcept {
+  if (closed_) return;
+  closed_ = true;
+  if (!failed_ && !aborted_.load()) {
+    try {
+      flush(base::Deadline::after(std::chrono::seconds(2)));
+    } catch (const std::exception& e) {
+      base::log_debug("tcp close: unflushed sends dropped: {}", e.what());
+    }
+    MessageTag none;
+    FrameHeader bye = make_header(FrameKind::Goodbye, none, 0, comm_tag_, rank_);
+    auto deadline = base::Deadline::after(std::chrono::milliseconds(200));
+    for (int q = 0; q < size_; ++q) {
+      Peer& p = peers_[q];
+      if (q == rank_ || !p.fd.valid() || p.hung_up || !p.queue.empty()) continue;
+      try {
+        base::write_full(p.fd.get(), &bye, sizeof(bye), deadline);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[q];
+    if (q == rank_ || !p.fd.valid()) continue;
+    ::shutdown(p.fd.get(), SHUT_WR);
+    // Unread bytes at close() would turn our FIN into a reset, which can destroy data the peer has not read
+    // yet; drain what is there.
+    char buf[4096];
+    while (::recv(p.fd.get(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+    p.fd.reset();
+  }
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,107 @@
+// The TCP transport: one connection per pair of ranks (a full mesh), non-blocking sockets driven by epoll
+// from the thread that runs the operation. See docs/design.md for the frame format and failure handling.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/net.h"
+#include "chorus/store.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+struct TcpOptions {
+  std::string ifname;           // interface to listen on; empty: see choose_listen_address
+  int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
+};
+
+class TcpTransport final : public Transport {
+ public:
+  // Listens, publishes "<key_prefix>addr/<rank>" in the store, connects to every lower rank and accepts
+  // every higher rank. `store_address` (the TCP store's address, when there is one) picks the interface
+  // that routes to it; `all_local` (every rank on this host) picks loopback.
+  static std::unique_ptr<TcpTransport> connect(Store& store, const std::string& key_prefix, int rank, int size,
+                                               uint64_t comm_tag, const TcpOptions& options,
+                                               const std::optional<base::SockAddr>& store_address, bool all_local,
+                                               base::Deadline deadline);
+  ~TcpTransport() override;
+
+  std::string_view name() const noexcept override { return "tcp"; }
+  SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
+                   const base::Deadline& deadline) override;
+  void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override;
+  void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
+                   const Reduction& reduction, const base::Deadline& deadline) override;
+  void wait_send(SendHandle handle, const base::Deadline& deadline) override;
+  void flush(const base::Deadline& deadline) override;
+  void fail(const Error& error) noexcept override;
+  void abort(const std::string& reason) noexcept override;
+  void close() noexcept override;
+
+  // The address this rank listened on (for logs and tests).
+  const std::string& listen_address() const { return listen_address_; }
+
+ private:
+  static constexpr size_t kStagingBytes = 64 * 1024;
+
+  struct SendReq {
+    FrameHeader header;
+    const char* data;
+    size_t len;
+    size_t done;  // bytes of header + data already written
+  };
+  struct Peer {
+    base::Fd fd;
+    std::deque<SendReq> queue;
+    uint64_t posted = 0;
+    uint64_t completed = 0;
+    uint32_t interest = 0;        // EPOLLIN / EPOLLOUT currently registered
+    bool hung_up = false;         // the peer's stream has ended; what was left is in `stash`
+    bool goodbye = false;         // the peer closed its communicator cleanly
+    bool reset = false;           // the connection was reset
+    std::optional<Error> error;   // why the peer's stream ended badly (abort frame, death)
+    std::string stash;            // read-ahead after a hang-up
+    size_t stash_pos = 0;
+  };
+
+  TcpTransport(int rank, int size, uint64_t comm_tag);
+  void setup_epoll();
+  void receive(int peer, const MessageTag& tag, char* dst, size_t len, const Reduction* reduction,
+               const char* local, const base::Deadline& deadline);
+  [[noreturn]] void on_unexpected_frame(int peer, const FrameHeader& h, const MessageTag& tag, size_t len,
+                                        const char* spilled, size_t spilled_len, const base::Deadline& deadline);
+  // Reads from the stash, then the socket: > 0 bytes, 0 at the end of the stream, -1 when it would block.
+  ssize_t read_some(int peer, iovec* iov, int iovcnt);
+  void progress_sends(int peer);
+  // One round of waiting: flushes writable sockets, notices hang-ups and aborts. reading_peer (or -1) is
+  // the peer whose socket the caller reads itself.
+  void poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
+                 const MessageTag* tag);
+  void handle_hangup(int peer);
+  [[noreturn]] void throw_peer_error(int peer, const char* context);
+  void set_interest(int peer, uint32_t bits, bool on);
+  void check_usable();
+
+  uint64_t comm_tag_;
+  std::vector<Peer> peers_;
+  base::Fd epoll_;
+  base::Fd wake_;  // eventfd: abort() from another thread
+  std::unique_ptr<char[]> staging_;
+  std::string listen_address_;
+  std::optional<Error> failed_;  // set by fail(): later calls throw
+  bool closed_ = false;
+
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_reason_;  // guarded by abort_mu_
+};
+
+}  // namespace chorus::transport

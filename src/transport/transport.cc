@@ -1,0 +1,57 @@
+#include "transport/transport.h"
+
+#include <fmt/format.h>
+
+namespace chorus::transport {
+
+void check_data_frame(const FrameHeader& h, const MessageTag& expected, size_t expected_len, uint64_t comm_tag,
+                      int me, int peer) {
+  if (!header_intact(h)) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("rank {} received a corrupted frame header from rank {} (bad magic or checksum) while "
+                            "waiting for {}",
+                            me, peer, describe(expected)),
+                peer);
+  }
+  if (h.comm_tag != comm_tag) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("rank {} received a frame from rank {} that belongs to another communicator or job "
+                            "(tag {:016x}, expected {:016x})",
+                            me, peer, h.comm_tag, comm_tag),
+                peer);
+  }
+  if (!same_operation(h, expected) || h.length != expected_len) {
+    MessageTag got = tag_of(h);
+    std::string hint;
+    if (got.op == expected.op && got.seq == expected.seq && got.count == expected.count &&
+        got.algo != expected.algo) {
+      hint = " (the ranks chose different algorithms: is CHORUS_ALGO set the same everywhere?)";
+    } else if (got.seq != expected.seq) {
+      hint = " (the ranks are at different calls: every rank must call the same collectives in the same order)";
+    } else if (got.op == expected.op && got.count == expected.count && h.length != expected_len &&
+               same_operation(h, expected)) {
+      hint = " (same operation, different slicing: is CHORUS_SLICE_BYTES set the same everywhere?)";
+    }
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("collective mismatch: rank {} is in {} expecting {} bytes from rank {}, but rank {} sent "
+                            "{} with {} bytes{}",
+                            me, describe(expected), expected_len, peer, peer, describe(got), h.length, hint),
+                peer);
+  }
+}
+
+Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& detail) {
+  if (said_goodbye) {
+    return Error(ErrorCode::PeerLost,
+                 fmt::format("rank {} closed its communicator while rank {} still needed data from it{}", peer, me,
+                             detail.empty() ? "" : " (" + detail + ")"),
+                 peer);
+  }
+  return Error(ErrorCode::PeerLost,
+               fmt::format("lost rank {}: its connection closed without a goodbye (the process exited, crashed or "
+                           "was killed){}",
+                           peer, detail.empty() ? "" : "; " + detail),
+               peer);
+}
+
+}  // namespace chorus::transport

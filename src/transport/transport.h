@@ -1,0 +1,98 @@
+// The transport interface: how an algorithm moves bytes between ranks.
+//
+// A transport connects every pair of ranks with an ordered stream of frames. Frames between one pair of
+// ranks arrive in the order they were sent, so a receiver matches frames to its receives by order and only
+// checks that the frame's fingerprint is the expected one.
+//
+// Threading: a Transport is driven by one thread at a time (the thread running the current operation).
+// Only abort() may be called from another thread.
+//
+// Buffers: isend() does not copy (except small in-process messages); the data must stay valid and unchanged
+// until the send completes (wait_send/flush). recv() writes only into [dst, dst + len).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/time.h"
+#include "chorus/error.h"
+#include "kernels/reduce.h"
+#include "transport/frame.h"
+
+namespace chorus::transport {
+
+struct SendHandle {
+  int peer = -1;
+  uint64_t index = 0;
+};
+
+// How recv_reduce combines an incoming frame with local data.
+struct Reduction {
+  kernels::ReduceFn fn = nullptr;         // dst = incoming (op) local
+  kernels::SumDivFn sum_div = nullptr;    // when set: dst = (incoming + local) / divisor
+  uint64_t divisor = 1;
+  size_t elem_size = 1;
+
+  void apply(void* dst, const void* incoming, const void* local, size_t bytes) const {
+    size_t n = bytes / elem_size;
+    if (sum_div) {
+      sum_div(dst, incoming, local, n, divisor);
+    } else {
+      fn(dst, incoming, local, n);
+    }
+  }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string_view name() const noexcept = 0;
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+
+  // Queues `len` bytes at `data` for `peer`. Returns at once; the send completes later.
+  virtual SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
+                           const base::Deadline& deadline) = 0;
+  // Receives the next frame from `peer` into dst. Throws Mismatch if it does not carry `tag` and `len`
+  // bytes, PeerLost if the peer is gone, Timeout at the deadline.
+  virtual void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) = 0;
+  // Receives the next frame from `peer` and stores incoming (op) local into dst (dst may equal local).
+  virtual void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
+                           const Reduction& reduction, const base::Deadline& deadline) = 0;
+  // Waits until one send, or every send, has completed (its buffer may be reused).
+  virtual void wait_send(SendHandle handle, const base::Deadline& deadline) = 0;
+  virtual void flush(const base::Deadline& deadline) = 0;
+
+  // After a fatal error: tells every reachable peer why (best effort, bounded in time) and stops using the
+  // connections. Later calls throw.
+  virtual void fail(const Error& error) noexcept = 0;
+  // Makes a waiting or later call throw Error(Aborted, reason) promptly. Callable from any thread.
+  virtual void abort(const std::string& reason) noexcept = 0;
+  // Clean shutdown: flush what is queued (bounded), say goodbye to every peer, close. Idempotent.
+  virtual void close() noexcept = 0;
+
+ protected:
+  Transport(int rank, int size) : rank_(rank), size_(size) {}
+
+  int rank_;
+  int size_;
+};
+
+}  // namespace chorus::transport
+
+namespace chorus::transport {
+
+// Checks a received data frame header against what the receiver expects; throws the matching Error
+// (Internal for a corrupted header, Mismatch for another job/communicator, another operation or another
+// length). `me` and `peer` are ranks, for the message.
+void check_data_frame(const FrameHeader& h, const MessageTag& expected, size_t expected_len, uint64_t comm_tag,
+                      int me, int peer);
+
+// The error to raise when `peer` has gone away while this rank needed a frame from it.
+Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& detail);
+
+}  // namespace chorus::transport

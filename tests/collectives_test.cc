@@ -1,0 +1,285 @@
+// The correctness matrix: every collective on every transport and world size, for every dtype and op, for
+// counts 0, 1, fewer than the world size, not divisible by it, and large enough to take many pipeline
+// slices, in place and out of place. Results are checked against a serial reference computed here.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+
+#include "test_util.h"
+
+namespace chorus::testing {
+namespace {
+
+enum class Coll { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Gather, Scatter, Barrier, SendRecv };
+
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "AllReduce";
+    case Coll::Broadcast: return "Broadcast";
+    case Coll::Reduce: return "Reduce";
+    case Coll::AllGather: return "AllGather";
+    case Coll::ReduceScatter: return "ReduceScatter";
+    case Coll::AllToAll: return "AllToAll";
+    case Coll::Gather: return "Gather";
+    case Coll::Scatter: return "Scatter";
+    case Coll::Barrier: return "Barrier";
+    case Coll::SendRecv: return "SendRecv";
+  }
+  return "?";
+}
+
+struct MatrixParam {
+  TransportKind transport;
+  int world_size;
+  Coll coll;
+};
+
+std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
+  return transport_label(info.param.transport) + "_" + std::to_string(info.param.world_size) + "ranks_" +
+         coll_name(info.param.coll);
+}
+
+// Counts that cover the edge cases for world size n, plus one that spans many 1 KiB slices.
+std::vector<size_t> counts_for(int n) {
+  std::vector<size_t> c = {0, 1};
+  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
+  c.push_back(static_cast<size_t>(2 * n + 1));
+  c.push_back(1000);
+  c.push_back(6007);
+  return c;
+}
+
+// Compares `count` elements of got against expected(i); reports the first mismatch only.
+template <class Expected>
+void expect_elements(DataType t, const void* got, size_t count, Expected&& expected, const std::string& what) {
+  size_t wrong = 0, first = 0;
+  double first_got = 0, first_want = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double g = load_value(t, got, i), w = expected(i);
+    if (!(g == w)) {
+      if (wrong++ == 0) {
+        first = i;
+        first_got = g;
+        first_want = w;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong of " << count << "; first at " << first << ": got "
+                       << first_got << ", want " << first_want;
+}
+
+class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
+ protected:
+  CommOptions options() const {
+    CommOptions o;
+    o.transport = GetParam().transport;
+    o.timeout = std::chrono::seconds(60);
+    o.slice_bytes = 1024;  // small slices so modest counts exercise the pipelines
+    return o;
+  }
+};
+
+TEST_P(CollectiveMatrix, MatchesSerialReference) {
+  const MatrixParam p = GetParam();
+  const int n = p.world_size;
+  std::atomic<int> barrier_arrivals{0};
+  run_world(n, options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    ASSERT_EQ(comm.size(), n);
+    ASSERT_EQ(transport_label(comm.options().transport), transport_label(p.transport));
+    const std::vector<DataType> types = all_dtypes();
+    for (DataType t : types) {
+      const size_t es = dtype_size(t);
+      bool reducing = p.coll == Coll::AllReduce || p.coll == Coll::Reduce || p.coll == Coll::ReduceScatter;
+      std::vector<ReduceOp> ops = reducing ? all_ops() : std::vector<ReduceOp>{ReduceOp::Sum};
+      for (ReduceOp op : ops) {
+        for (size_t count : counts_for(n)) {
+          for (bool in_place : {false, true}) {
+            int root = static_cast<int>((count + static_cast<size_t>(t) + (in_place ? 1 : 0)) % static_cast<size_t>(n));
+            std::string what = std::string(coll_name(p.coll)) + " rank " + std::to_string(r) + " " +
+                               std::string(to_string(t)) + (reducing ? " " + std::string(to_string(op)) : "") +
+                               " count " + std::to_string(count) + (in_place ? " in-place" : " out-of-place") +
+                               " root " + std::to_string(root);
+            auto in_val = [&](int rank, size_t i) {
+              return reducing ? input_value(t, op, rank, i) : movement_value(t, rank, i);
+            };
+            auto reduce_at = [&](auto&& elem_of_rank) {
+              std::vector<double> vals(static_cast<size_t>(n));
+              for (int q = 0; q < n; ++q) vals[static_cast<size_t>(q)] = elem_of_rank(q);
+              return reference_reduce(t, op, vals);
+            };
+            switch (p.coll) {
+              case Coll::AllReduce: {
+                std::vector<char> in(count * es), out(count * es, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  comm.all_reduce(in.data(), in.data(), count, t, op);
+                  out = in;
+                } else {
+                  comm.all_reduce(in.data(), out.data(), count, t, op);
+                }
+                expect_elements(t, out.data(), count,
+                                [&](size_t i) { return reduce_at([&](int q) { return in_val(q, i); }); }, what);
+                break;
+              }
+              case Coll::Reduce: {
+                std::vector<char> in(count * es), out(count * es, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  comm.reduce(in.data(), in.data(), count, t, op, root);
+                  out = in;
+                } else {
+                  comm.reduce(in.data(), r == root ? out.data() : nullptr, count, t, op, root);
+                }
+                if (r == root) {
+                  expect_elements(t, out.data(), count,
+                                  [&](size_t i) { return reduce_at([&](int q) { return in_val(q, i); }); }, what);
+                }
+                break;
+              }
+              case Coll::ReduceScatter: {
+                std::vector<char> in(count * es * n), out(count * es, 0x5a);
+                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  char* mine = in.data() + static_cast<size_t>(r) * count * es;
+                  comm.reduce_scatter(in.data(), mine, count, t, op);
+                  std::memcpy(out.data(), mine, count * es);
+                } else {
+                  comm.reduce_scatter(in.data(), out.data(), count, t, op);
+                }
+                expect_elements(t, out.data(), count, [&](size_t i) {
+                  return reduce_at([&](int q) { return in_val(q, static_cast<size_t>(r) * count + i); });
+                }, what);
+                break;
+              }
+              case Coll::Broadcast: {
+                std::vector<char> in(count * es), out(count * es, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  if (r == root) out = in;
+                  comm.broadcast(out.data(), out.data(), count, t, root);
+                } else {
+                  comm.broadcast(r == root ? in.data() : nullptr, out.data(), count, t, root);
+                }
+                expect_elements(t, out.data(), count, [&](size_t i) { return in_val(root, i); }, what);
+                break;
+              }
+              case Coll::AllGather: {
+                std::vector<char> in(count * es), out(count * es * n, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  char* mine = out.data() + static_cast<size_t>(r) * count * es;
+                  if (count) std::memcpy(mine, in.data(), count * es);
+                  comm.all_gather(mine, out.data(), count, t);
+                } else {
+                  comm.all_gather(in.data(), out.data(), count, t);
+                }
+                expect_elements(t, out.data(), count * n, [&](size_t i) {
+                  return in_val(static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1));
+                }, what);
+                break;
+              }
+              case Coll::AllToAll: {
+                std::vector<char> in(count * es * n), out(count * es * n, 0x5a);
+                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place) {
+                  comm.all_to_all(in.data(), in.data(), count, t);
+                  out = in;
+                } else {
+                  comm.all_to_all(in.data(), out.data(), count, t);
+                }
+                // Block j of the result is block r of rank j's input.
+                expect_elements(t, out.data(), count * n, [&](size_t i) {
+                  size_t c = std::max<size_t>(count, 1);
+                  return in_val(static_cast<int>(i / c), static_cast<size_t>(r) * count + i % c);
+                }, what);
+                break;
+              }
+              case Coll::Gather: {
+                std::vector<char> in(count * es), out(count * es * n, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place && r == root) {
+                  char* mine = out.data() + static_cast<size_t>(r) * count * es;
+                  if (count) std::memcpy(mine, in.data(), count * es);
+                  comm.gather(mine, out.data(), count, t, root);
+                } else {
+                  comm.gather(in.data(), r == root ? out.data() : nullptr, count, t, root);
+                }
+                if (r == root) {
+                  expect_elements(t, out.data(), count * n, [&](size_t i) {
+                    size_t c = std::max<size_t>(count, 1);
+                    return in_val(static_cast<int>(i / c), i % c);
+                  }, what);
+                }
+                break;
+              }
+              case Coll::Scatter: {
+                std::vector<char> in(count * es * n), out(count * es, 0x5a);
+                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (in_place && r == root) {
+                  char* mine = in.data() + static_cast<size_t>(r) * count * es;
+                  comm.scatter(in.data(), mine, count, t, root);
+                  if (count) std::memcpy(out.data(), mine, count * es);
+                } else {
+                  comm.scatter(r == root ? in.data() : nullptr, out.data(), count, t, root);
+                }
+                expect_elements(t, out.data(), count,
+                                [&](size_t i) { return in_val(root, static_cast<size_t>(r) * count + i); }, what);
+                break;
+              }
+              case Coll::Barrier: {
+                if (t != DataType::Int8 || count > 1 || in_place) break;  // the barrier has no data: run it a few times
+                for (int round = 0; round < 3; ++round) {
+                  std::this_thread::sleep_for(std::chrono::microseconds((r * 131 + round * 17) % 700));
+                  barrier_arrivals.fetch_add(1);
+                  comm.barrier();
+                  // Nobody leaves round k before all n ranks arrived at it.
+                  EXPECT_GE(barrier_arrivals.load(), n * (round + 1 + static_cast<int>(count) * 3)) << what;
+                  comm.barrier();
+                }
+                break;
+              }
+              case Coll::SendRecv: {
+                if (n == 1 || in_place) break;
+                // A ring of messages: even ranks send first, odd ranks receive first.
+                int to = (r + 1) % n, from = (r + n - 1) % n;
+                std::vector<char> in(count * es), out(count * es, 0x5a);
+                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                if (r % 2 == 0) {
+                  comm.send(in.data(), count, t, to);
+                  comm.recv(out.data(), count, t, from);
+                } else {
+                  comm.recv(out.data(), count, t, from);
+                  comm.send(in.data(), count, t, to);
+                }
+                expect_elements(t, out.data(), count, [&](size_t i) { return in_val(from, i); }, what);
+                break;
+              }
+            }
+            if (::testing::Test::HasFailure()) return;
+          }
+        }
+      }
+    }
+  });
+}
+
+std::vector<MatrixParam> matrix_params() {
+  std::vector<MatrixParam> v;
+  for (TransportKind tk : {TransportKind::InProc, TransportKind::Tcp}) {
+    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+      for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter,
+                     Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Barrier, Coll::SendRecv}) {
+        v.push_back({tk, n, c});
+      }
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveMatrix, ::testing::ValuesIn(matrix_params()), param_name);
+
+}  // namespace
+}  // namespace chorus::testing
