@@ -1,0 +1,370 @@
+// chorus-perf, run as a subprocess under chorus-run: the table it prints is parsed and checked against the
+// nccl-tests definitions (sizes, counts, bus-bandwidth factors), and every checked result must be right.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kChorusRun = CHORUS_BIN_DIR "/chorus-run";
+constexpr const char* kChorusPerf = CHORUS_BIN_DIR "/chorus-perf";
+constexpr int kRanks = 3;
+
+struct Result {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+};
+
+// Runs argv with `env` added to the environment, collecting stdout and stderr. A process still running
+// after `limit` is killed and the test fails: nothing here may hang.
+Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+           std::chrono::seconds limit = std::chrono::seconds(60)) {
+  int out[2], err[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
+    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+
+  Result r;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int fds[2] = {out[0], err[0]};
+  std::string* sinks[2] = {&r.out, &r.err};
+  while (fds[0] >= 0 || fds[1] >= 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ADD_FAILURE() << argv[0] << " still running after " << limit.count() << " s; killing it";
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p[2];
+    nfds_t n = 0;
+    for (int i = 0; i < 2; ++i)
+      if (fds[i] >= 0) p[n++] = {fds[i], POLLIN, 0};
+    if (::poll(p, n, static_cast<int>(left.count())) <= 0) continue;
+    for (nfds_t k = 0; k < n; ++k) {
+      if (p[k].revents == 0) continue;
+      int i = p[k].fd == fds[0] ? 0 : 1;
+      char buf[65536];
+      ssize_t got = ::read(fds[i], buf, sizeof buf);
+      if (got > 0) {
+        sinks[i]->append(buf, static_cast<size_t>(got));
+      } else {
+        ::close(fds[i]);
+        fds[i] = -1;
+      }
+    }
+  }
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// chorus-run -n ranks -- chorus-perf args...
+Result run_perf(const std::vector<std::string>& args, int ranks = kRanks) {
+  std::vector<std::string> argv{kChorusRun, "-n", std::to_string(ranks), "--timeout", "50", "--", kChorusPerf};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> fields_of(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string f; in >> f;) fields.push_back(f);
+  return fields;
+}
+
+// Rank 0's output with chorus-run's "[0] " prefix removed. Every stdout line must come from rank 0.
+std::vector<std::string> rank0_lines(const Result& r) {
+  std::vector<std::string> lines;
+  for (const std::string& line : lines_of(r.out)) {
+    EXPECT_EQ(line.rfind("[0] ", 0), 0u) << "only rank 0 prints to stdout: " << line;
+    lines.push_back(line.substr(std::min<size_t>(4, line.size())));
+  }
+  return lines;
+}
+
+std::vector<std::vector<std::string>> data_rows(const std::vector<std::string>& lines) {
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& line : lines)
+    if (!line.empty() && line[0] != '#') rows.push_back(fields_of(line));
+  return rows;
+}
+
+// ---- what nccl-tests defines, written out independently of the tool ----
+
+size_t type_size(const std::string& type) {
+  if (type == "int8" || type == "uint8") return 1;
+  if (type == "half" || type == "bfloat16") return 2;
+  if (type == "int32" || type == "uint32" || type == "float") return 4;
+  return 8;
+}
+
+struct Expected {
+  size_t bytes;  // the "size" column
+  size_t count;  // the "count" column: the count argument of the call
+};
+
+Expected expected_for(const std::string& coll, size_t size, const std::string& type, int n) {
+  size_t ts = type_size(type);
+  size_t count = size / ts;
+  if (coll == "allgather" || coll == "reducescatter" || coll == "alltoall") {
+    size_t per_rank = count / n;
+    return {per_rank * n * ts, per_rank};
+  }
+  return {count * ts, count};
+}
+
+double bus_factor(const std::string& coll, int n) {
+  if (coll == "allreduce") return 2.0 * (n - 1) / n;
+  if (coll == "broadcast" || coll == "reduce") return 1;
+  return static_cast<double>(n - 1) / n;
+}
+
+std::string canonical(const std::string& coll) {
+  std::string c = coll;
+  c.erase(std::remove(c.begin(), c.end(), '_'), c.end());
+  return c;  // all_to_all -> alltoall, ...
+}
+
+// ---- one collective, dtype and op through the whole table ----
+
+struct PerfCase {
+  std::string coll;  // as given on the command line
+  std::string type;
+  std::string op;  // "" for collectives without one
+  int root = -1;   // for broadcast / reduce
+
+  std::string redop() const { return op.empty() ? "none" : op; }
+};
+
+void PrintTo(const PerfCase& c, std::ostream* os) {
+  *os << c.coll << "_" << c.type;
+  if (!c.op.empty()) *os << "_" << c.op;
+  if (c.root >= 0) *os << "_root" << c.root;
+}
+
+class ChorusPerfTable : public ::testing::TestWithParam<PerfCase> {};
+
+TEST_P(ChorusPerfTable, RowsMatchNcclTestsDefinitionsAndNothingIsWrong) {
+  const PerfCase& c = GetParam();
+  std::vector<std::string> args{c.coll, "-b", "8", "-e", "64K", "-f", "4",   "-c",
+                                "1",    "-n", "2", "-w", "1",   "-d", c.type};
+  if (!c.op.empty()) args.insert(args.end(), {"-o", c.op});
+  if (c.root >= 0) args.insert(args.end(), {"-r", std::to_string(c.root)});
+  Result r = run_perf(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  std::vector<std::string> lines = rank0_lines(r);
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  std::vector<size_t> sizes{8, 32, 128, 512, 2048, 8192, 32768};
+  ASSERT_EQ(rows.size(), sizes.size()) << r.out;
+
+  const std::string coll = canonical(c.coll);
+  const double factor = bus_factor(coll, kRanks);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const std::vector<std::string>& f = rows[k];
+    SCOPED_TRACE("row " + std::to_string(k) + " of\n" + r.out);
+    ASSERT_EQ(f.size(), 13u);
+    Expected e = expected_for(coll, sizes[k], c.type, kRanks);
+    EXPECT_EQ(f[0], std::to_string(e.bytes));
+    EXPECT_EQ(f[1], std::to_string(e.count));
+    EXPECT_EQ(f[2], c.type);
+    EXPECT_EQ(f[3], c.redop());
+    EXPECT_EQ(f[4], std::to_string(c.root));
+    for (size_t base : {5u, 9u}) {  // out of place, in place
+      double time_us = std::stod(f[base]);
+      double algbw = std::stod(f[base + 1]);
+      double busbw = std::stod(f[base + 2]);
+      EXPECT_GT(time_us, 0);
+      // Each printed value is rounded to 2 decimals (time to 3+ significant digits).
+      EXPECT_NEAR(algbw, static_cast<double>(e.bytes) / 1e3 / time_us, 0.006 + 0.01 * algbw);
+      EXPECT_NEAR(busbw, algbw * factor, 0.005 + 0.005 * factor + 1e-9);
+      EXPECT_EQ(f[base + 3], "0") << "#wrong";
+    }
+  }
+  EXPECT_THAT(lines, ::testing::Contains("# Out of bounds values : 0 OK"));
+  EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# Avg bus bandwidth    : ")));
+  EXPECT_THAT(lines, ::testing::Contains(
+                         ::testing::MatchesRegex("#  Rank  2 Group  0 Pid +[0-9]+ on +[^ ]+ transport [a-z]+")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, ChorusPerfTable,
+                         ::testing::Values(PerfCase{"allreduce", "float", "sum"},       //
+                                           PerfCase{"allreduce", "half", "avg"},        //
+                                           PerfCase{"all_reduce", "bfloat16", "prod"},  //
+                                           PerfCase{"allreduce", "int8", "avg"},        //
+                                           PerfCase{"allreduce", "uint64", "max"},      //
+                                           PerfCase{"allgather", "float", ""},          //
+                                           PerfCase{"all_gather", "half", ""},          //
+                                           PerfCase{"reducescatter", "float", "sum"},   //
+                                           PerfCase{"reduce_scatter", "half", "avg"},   //
+                                           PerfCase{"reducescatter", "int32", "min"},   //
+                                           PerfCase{"broadcast", "float", "", 1},       //
+                                           PerfCase{"broadcast", "int8", "", 0},        //
+                                           PerfCase{"reduce", "float", "sum", 2},       //
+                                           PerfCase{"reduce", "double", "avg", 0},      //
+                                           PerfCase{"alltoall", "float", ""},           //
+                                           PerfCase{"all_to_all", "uint8", ""}),
+                         ::testing::PrintToStringParamName());
+
+// ---- the rest of the interface ----
+
+TEST(ChorusPerf, AllTypesAndOpsAreChecked) {
+  Result r = run_perf({"allreduce", "-b", "16", "-e", "1K", "-f", "8", "-n", "1", "-w", "0", "-d", "all", "-o", "all"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+  ASSERT_EQ(rows.size(), 10u * 5u * 3u) << r.out;  // types x ops x {16, 128, 1024}
+  for (const auto& f : rows) {
+    ASSERT_EQ(f.size(), 13u);
+    EXPECT_EQ(f[8], "0") << f[2] << " " << f[3];
+    EXPECT_EQ(f[12], "0") << f[2] << " " << f[3];
+  }
+  EXPECT_EQ(rows.front()[2], "int8");
+  EXPECT_EQ(rows.back()[2], "bfloat16");
+}
+
+TEST(ChorusPerf, EveryRootInTurnWithRootMinusOne) {
+  Result r = run_perf({"reduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-r", "-1", "-o", "max"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (int root = 0; root < 3; ++root) {
+    EXPECT_EQ(rows[root][4], std::to_string(root));
+    EXPECT_EQ(rows[root][8], "0");
+  }
+}
+
+TEST(ChorusPerf, NoCheckPrintsNotApplicableAndKeepsThirteenFields) {
+  Result r = run_perf({"allreduce", "-b", "64", "-e", "256", "-i", "64", "-n", "1", "-w", "1", "-c", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("step: 64(bytes)")));
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("validation: 0")));
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  ASSERT_EQ(rows.size(), 4u) << r.out;  // 64, 128, 192, 256
+  for (const auto& f : rows) {
+    ASSERT_EQ(f.size(), 13u);
+    EXPECT_EQ(f[8], "N/A");
+    EXPECT_EQ(f[12], "N/A");
+  }
+  EXPECT_EQ(rows[2][0], "192");
+}
+
+TEST(ChorusPerf, AggregatedIterationsAndTimeCombinations) {
+  for (const char* average : {"0", "2", "3"}) {
+    Result r = run_perf({"alltoall", "-b", "3K", "-e", "3K", "-n", "2", "-w", "0", "-m", "3", "-a", average}, 2);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    ASSERT_EQ(rows.size(), 1u) << r.out;
+    EXPECT_EQ(rows[0][0], "3072");
+    EXPECT_EQ(rows[0][1], "384");  // floats per peer
+  }
+}
+
+TEST(ChorusPerf, JsonFileHoldsTheRows) {
+  std::string path = ::testing::TempDir() + "chorus_perf_test." + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  Result r = run_perf({"allgather", "-b", "1K", "-e", "4K", "-f", "2", "-n", "1", "-w", "0", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["collective"], "allgather");
+  EXPECT_EQ(j["nranks"], kRanks);
+  ASSERT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(j["results"][0]["size"], 1020u);  // 255 floats: 85 per rank
+  EXPECT_EQ(j["results"][0]["count"], 85u);
+  EXPECT_EQ(j["results"][0]["in_place"]["wrong"], 0);
+  EXPECT_GT(j["results"][2]["out_of_place"]["time_us"].get<double>(), 0);
+  std::remove(path.c_str());
+}
+
+TEST(ChorusPerf, RunsAloneWithoutALauncher) {
+  Result r = run({kChorusPerf, "broadcast", "-b", "8", "-e", "8K", "-f", "32", "-n", "1", "-w", "1"},
+                 {"CHORUS_RANK=0", "CHORUS_WORLD_SIZE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::vector<std::string>> rows = data_rows(lines_of(r.out));
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  EXPECT_EQ(rows[2][0], "8192");
+  EXPECT_EQ(rows[2][4], "0");
+}
+
+TEST(ChorusPerf, BadUsageExitsWithTwo) {
+  const std::vector<std::vector<std::string>> bad{
+      {"allsum"},                       // unknown collective
+      {},                               // no collective
+      {"allreduce", "-d", "float128"},  // unknown type
+      {"allreduce", "-o", "mulsum"},    // unknown op
+      {"allreduce", "-b", "1X"},        // bad size
+      {"allreduce", "-b", "2K", "-e", "1K"},
+      {"allreduce", "-n", "0"},
+      {"allreduce", "-a", "4"},
+      {"allreduce", "--no-such-flag"},
+  };
+  for (const auto& args : bad) {
+    std::vector<std::string> argv{kChorusPerf};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Result r = run(argv, {"CHORUS_RANK=0", "CHORUS_WORLD_SIZE=1"});
+    EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(args) << "\n" << r.out << r.err;
+    EXPECT_FALSE(r.err.empty()) << ::testing::PrintToString(args);
+    EXPECT_EQ(r.out.find("# nThread"), std::string::npos);
+  }
+}
+
+TEST(ChorusPerf, RootOutsideTheWorldIsAUsageError) {
+  Result r = run_perf({"broadcast", "-b", "8", "-e", "8", "-r", "5"}, 2);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--root 5"));
+}
+
+TEST(ChorusPerf, LibraryErrorsNameTheRank) {
+  // No rendezvous information at all: from_env fails.
+  Result r = run({kChorusPerf, "allreduce", "-b", "8", "-e", "8"},
+                 {"CHORUS_RANK=1", "CHORUS_WORLD_SIZE=2", "CHORUS_STORE_ADDR=", "MASTER_ADDR=", "MASTER_PORT="});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("chorus-perf: rank 1: "));
+}
+
+}  // namespace
