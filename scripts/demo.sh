@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds Release, and runs the main job: 4 local ranks running
+# chorus-perf allreduce over a size sweep with checking on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/build.sh
+exec build/bin/chorus-run -n 4 -- build/bin/chorus-perf allreduce -b 8 -e 64M -f 4 -c 1 "$@"

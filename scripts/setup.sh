@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Chorus builds and tests with, if any are missing. Safe to run repeatedly.
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config ccache libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
+      libcli11-dev nlohmann-json3-dev)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=; [[ $(id -u) == 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

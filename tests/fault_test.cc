@@ -1,0 +1,143 @@
+// Multi-process faults: a rank killed with SIGKILL in the middle of an all_reduce. Every survivor must
+// raise PeerLost naming it, within 5 s of the death (the test prints the measured delays), not at its
+// timeout. The ranks are separate processes started here, with the store hosted by this test.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus::testing {
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+  std::string output;
+  int status = -1;
+};
+
+Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  int fds[2];
+  EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  Child c;
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  c.out = fds[0];
+  return c;
+}
+
+// Reads every child's output until all exit, or kills them after `limit`.
+void wait_all(std::vector<Child>& children, std::chrono::seconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  size_t open = children.size();
+  while (open > 0) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  end - std::chrono::steady_clock::now())
+                                  .count());
+    if (ms <= 0) {
+      ADD_FAILURE() << "ranks still running after " << limit.count() << " s: killing them";
+      for (auto& c : children) ::kill(c.pid, SIGKILL);
+      break;
+    }
+    ::poll(fds.data(), fds.size(), ms);
+    for (auto& c : children) {
+      if (c.out < 0) continue;
+      char buf[4096];
+      ssize_t n = ::read(c.out, buf, sizeof(buf));
+      if (n > 0) {
+        c.output.append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        ::close(c.out);
+        c.out = -1;
+        --open;
+      }
+    }
+  }
+  for (auto& c : children) {
+    if (c.out >= 0) ::close(c.out);
+    ::waitpid(c.pid, &c.status, 0);
+  }
+}
+
+std::string worker_path() { return std::string(CHORUS_BIN_DIR) + "/chorus-fault-worker"; }
+
+struct KillParam {
+  int world_size;
+  int victim;
+};
+
+class KillDuringAllReduce : public ::testing::TestWithParam<KillParam> {};
+
+TEST_P(KillDuringAllReduce, SurvivorsRaisePeerLostNamingTheDeadRankWithinFiveSeconds) {
+  const auto [n, victim] = GetParam();
+  TcpStoreServer server("127.0.0.1", 0);
+  std::vector<Child> children;
+  for (int r = 0; r < n; ++r) {
+    children.push_back(spawn({worker_path(), "kill-in-allreduce", std::to_string(victim), "300",
+                              std::to_string(8 << 20)},
+                             {"CHORUS_RANK=" + std::to_string(r), "CHORUS_WORLD_SIZE=" + std::to_string(n),
+                              "CHORUS_STORE_ADDR=127.0.0.1:" + std::to_string(server.port()),
+                              "CHORUS_STORE_HOSTED=1", "CHORUS_TRANSPORT=tcp", "CHORUS_TIMEOUT_MS=60000"}));
+  }
+  wait_all(children, std::chrono::seconds(60));
+
+  long long kill_ns = 0;
+  std::istringstream victim_out(children[victim].output);
+  std::string word;
+  while (victim_out >> word)
+    if (word == "KILL") victim_out >> kill_ns;
+  ASSERT_GT(kill_ns, 0) << "victim output: " << children[victim].output;
+  EXPECT_TRUE(WIFSIGNALED(children[victim].status) && WTERMSIG(children[victim].status) == SIGKILL);
+
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    const Child& c = children[r];
+    EXPECT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << "rank " << r << ": " << c.output;
+    std::istringstream in(c.output);
+    std::string tag, code;
+    int peer = -2;
+    long long caught_ns = 0;
+    in >> tag >> code >> peer >> caught_ns;
+    ASSERT_EQ(tag, "CAUGHT") << "rank " << r << ": " << c.output;
+    EXPECT_EQ(code, "PeerLost") << "rank " << r << ": " << c.output;
+    EXPECT_EQ(peer, victim) << "rank " << r << ": " << c.output;
+    EXPECT_NE(c.output.find("rank " + std::to_string(victim)), std::string::npos) << c.output;
+    double delay_ms = (caught_ns - kill_ns) / 1e6;
+    std::printf("rank %d raised %s %.1f ms after rank %d was killed\n", r, code.c_str(), delay_ms, victim);
+    EXPECT_LT(delay_ms, 5000.0) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, KillDuringAllReduce,
+                         ::testing::Values(KillParam{2, 1}, KillParam{3, 1}, KillParam{4, 0}, KillParam{5, 3}),
+                         [](const ::testing::TestParamInfo<KillParam>& i) {
+                           return std::to_string(i.param.world_size) + "ranks_victim" +
+                                  std::to_string(i.param.victim);
+                         });
+
+}  // namespace
+}  // namespace chorus::testing
