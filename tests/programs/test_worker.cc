@@ -1,6 +1,10 @@
-// A rank for the multi-process fault tests (tests/fault_test.cc). Uses only the public API.
+// A rank for the multi-process tests (fault_test, launch_test). Uses only the public API.
 //
-//   fault_worker kill-in-allreduce VICTIM DELAY_MS BYTES
+//   test_worker hello
+//     Builds the communicator from the launcher's environment, checks an all_reduce and a barrier, and
+//     prints "HELLO rank R of N over TRANSPORT".
+//
+//   test_worker kill-in-allreduce VICTIM DELAY_MS BYTES
 //     Every rank runs all_reduce of BYTES of floats in a loop. After DELAY_MS the victim prints
 //     "KILL <monotonic ns>" and SIGKILLs itself, in the middle of a transfer. Every survivor prints
 //     "CAUGHT <code> <peer> <monotonic ns> <message>" when its call throws, and exits 0; a survivor that
@@ -52,12 +56,33 @@ int kill_in_allreduce(int victim, int delay_ms, size_t bytes) {
   return 3;
 }
 
+int hello() {
+  auto comm = chorus::Communicator::from_env();
+  const int n = comm->size();
+  std::vector<int64_t> v(1000, comm->rank());
+  comm->all_reduce(v, chorus::ReduceOp::Sum);
+  comm->barrier();
+  if (v[999] != int64_t{n} * (n - 1) / 2) {
+    std::fprintf(stderr, "rank %d: all_reduce gave %lld\n", comm->rank(), static_cast<long long>(v[999]));
+    return 1;
+  }
+  say("HELLO rank " + std::to_string(comm->rank()) + " of " + std::to_string(n) + " over " +
+      std::string(comm->transport_name()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    if (argc == 2 && std::strcmp(argv[1], "hello") == 0) return hello();
+  } catch (const chorus::Error& e) {
+    std::fprintf(stderr, "test_worker: %s\n", e.what());
+    return 1;
+  }
   if (argc == 5 && std::strcmp(argv[1], "kill-in-allreduce") == 0) {
     return kill_in_allreduce(std::atoi(argv[2]), std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }
-  std::fprintf(stderr, "usage: fault_worker kill-in-allreduce VICTIM DELAY_MS BYTES\n");
+  std::fprintf(stderr, "usage: test_worker hello | kill-in-allreduce VICTIM DELAY_MS BYTES\n");
   return 2;
 }
