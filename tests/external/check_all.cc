@@ -120,7 +120,7 @@ int main() {
                               DataType::Float32,  DataType::Float64};
     const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
     const size_t counts[] = {0, 1, static_cast<size_t>(n > 1 ? n - 1 : 1), static_cast<size_t>(3 * n + 1), 4099,
-                             300007};
+                             100003};
     for (DataType t : types) {
       const size_t es = chorus::dtype_size(t);
       for (size_t count : counts) {
