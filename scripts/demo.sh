@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
-exec build/bin/chorus-run -n 4 -- build/bin/chorus-perf allreduce -b 8 -e 64M -f 4 -c 1 "$@"
+exec build/bin/chorus-run -n 4 -- build/bin/chorus-perf allreduce -b 4 -e 64M -f 4 -c 1 "$@"

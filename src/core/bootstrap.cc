@@ -135,6 +135,9 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     }
   }
 
+  if (impl->config.shm_requested && rank == 0) {
+    base::log_warn("CHORUS_TRANSPORT=shm: the shared-memory transport is not built yet; using tcp over loopback");
+  }
   TransportKind kind = impl->config.transport;
   if (kind == TransportKind::Auto) kind = same_process ? TransportKind::InProc : TransportKind::Tcp;
   if (kind == TransportKind::InProc) {

@@ -80,8 +80,9 @@ Config resolve_config(const CommOptions& o) {
       } else if (*t == "tcp") {
         c.transport = TransportKind::Tcp;
       } else if (*t == "shm") {
-        // Shared memory is not built yet; tcp over loopback is the closest working choice.
+        // Shared memory is not built yet; tcp over loopback is the closest working choice (logged).
         c.transport = TransportKind::Tcp;
+        c.shm_requested = true;
       } else {
         base::throw_error(ErrorCode::InvalidArgument,
                           fmt::format("CHORUS_TRANSPORT='{}' is not one of auto, inproc, tcp", *t));

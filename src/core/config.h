@@ -16,6 +16,7 @@ struct Config {
   std::string socket_ifname;
   size_t slice_bytes = 512 * 1024;
   int socket_buffer_bytes = 0;
+  bool shm_requested = false;  // CHORUS_TRANSPORT=shm, served by tcp until the shared-memory transport exists
 };
 
 // Options win over the environment where they were set; the environment wins over built-in defaults.
