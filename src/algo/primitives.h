@@ -51,6 +51,11 @@ struct OpContext {
   DataType dtype = DataType::Float32;
   size_t esize = 4;
   ReduceOp op = ReduceOp::Sum;
+  // Traffic accounting: payload bytes per peer, owned by the communicator (null: not counted).
+  uint64_t* sent_to = nullptr;
+  uint64_t* received_from = nullptr;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
   transport::Reduction reduce;        // one combining step (Sum for Avg)
   transport::Reduction reduce_final;  // the last combining step of an element: divides for Avg
   kernels::DivFn divide = nullptr;    // for Avg where no combining step is left (world of 1)
@@ -63,18 +68,22 @@ class Prims {
   transport::SendHandle send(int peer, const void* data, size_t bytes) {
     transport::MessageTag t = c_.tag;
     t.step = c_.scratch->send_steps()[peer]++;
-    return c_.transport->isend(peer, t, data, bytes, c_.deadline);
+    auto h = c_.transport->isend(peer, t, data, bytes, c_.deadline);
+    count_sent(peer, bytes);
+    return h;
   }
   void recv(int peer, void* dst, size_t bytes) {
     transport::MessageTag t = c_.tag;
     t.step = c_.scratch->recv_steps()[peer]++;
     c_.transport->recv(peer, t, dst, bytes, c_.deadline);
+    count_received(peer, bytes);
   }
   // dst = incoming (op) local; `last` applies the final step of Avg (divide by the world size).
   void recv_reduce(int peer, void* dst, const void* local, size_t bytes, bool last = false) {
     transport::MessageTag t = c_.tag;
     t.step = c_.scratch->recv_steps()[peer]++;
     c_.transport->recv_reduce(peer, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
+    count_received(peer, bytes);
   }
   void recv_copy_send(int from, int to, void* dst, size_t bytes) {
     recv(from, dst, bytes);
@@ -90,6 +99,15 @@ class Prims {
   const OpContext& ctx() const { return c_; }
 
  private:
+  void count_sent(int peer, size_t bytes) {
+    c_.bytes_sent += bytes;
+    if (c_.sent_to) c_.sent_to[peer] += bytes;
+  }
+  void count_received(int peer, size_t bytes) {
+    c_.bytes_received += bytes;
+    if (c_.received_from) c_.received_from[peer] += bytes;
+  }
+
   OpContext& c_;
 };
 

@@ -32,6 +32,15 @@ const char* algo_name(AlgoId algo) noexcept {
     case AlgoId::Dissemination: return "dissemination";
     case AlgoId::Linear: return "linear";
     case AlgoId::Direct: return "direct";
+    case AlgoId::Tree: return "tree";
+    case AlgoId::RecursiveDoubling: return "recursive_doubling";
+    case AlgoId::Rabenseifner: return "rabenseifner";
+    case AlgoId::ReduceBroadcast: return "reduce_broadcast";
+    case AlgoId::Bruck: return "bruck";
+    case AlgoId::RecursiveHalving: return "recursive_halving";
+    case AlgoId::ScatterAllgather: return "scatter_allgather";
+    case AlgoId::Chain: return "chain";
+    case AlgoId::ReduceScatterGather: return "reduce_scatter_gather";
   }
   return "unknown-algo";
 }

@@ -43,6 +43,15 @@ enum class AlgoId : uint8_t {
   Dissemination = 4,
   Linear = 5,
   Direct = 6,
+  Tree = 7,
+  RecursiveDoubling = 8,
+  Rabenseifner = 9,
+  ReduceBroadcast = 10,
+  Bruck = 11,
+  RecursiveHalving = 12,
+  ScatterAllgather = 13,
+  Chain = 14,
+  ReduceScatterGather = 15,
 };
 const char* algo_name(AlgoId algo) noexcept;
 

@@ -63,7 +63,8 @@ class Transport {
   // Receives the next frame from `peer` and stores incoming (op) local into dst (dst may equal local).
   virtual void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
                            const Reduction& reduction, const base::Deadline& deadline) = 0;
-  // Waits until one send, or every send, has completed (its buffer may be reused).
+  // Waits until a send and every earlier send to the same peer have completed (their buffers may be
+  // reused), or until every send has.
   virtual void wait_send(SendHandle handle, const base::Deadline& deadline) = 0;
   virtual void flush(const base::Deadline& deadline) = 0;
 

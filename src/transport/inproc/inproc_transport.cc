@@ -222,13 +222,14 @@ void InProcTransport::recv_reduce(int peer, const MessageTag& tag, void* dst, co
 }
 
 void InProcTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
-  // Eager sends complete when posted; a zero-copy send completes when the receiver has consumed it and,
-  // since a channel is consumed in order, everything before it. So only handles below the last zero-copy
-  // send need to wait.
-  if (h.index + 1 > last_zero_copy_[h.peer]) return;
+  // Completion is in order, as over TCP: when wait_send(h) returns, h and every earlier send to the peer are
+  // done. Eager sends are done when posted, so only the zero-copy sends up to h must have been consumed (a
+  // channel is consumed in order): wait until the consumer passed the last of them.
+  uint64_t needed = std::min(h.index + 1, last_zero_copy_[h.peer]);
+  if (needed == 0) return;
   auto& ch = fabric_->channel(rank_, h.peer);
   std::unique_lock<std::mutex> lock(ch.mu);
-  while (ch.completed <= h.index) {
+  while (ch.completed < needed) {
     if (fabric_->failed()) throw fabric_->failure_for(rank_);
     if (ch.receiver_closed) throw peer_closed_error(rank_, h.peer, true, "it left before receiving our data");
     if (deadline.expired()) {

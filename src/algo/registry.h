@@ -1,0 +1,125 @@
+// The algorithm registry: for every collective, the algorithms that implement it, each with its entry point,
+// its exact per-rank traffic and its cost in the alpha-beta-gamma model. Selection (forced by name or chosen
+// by the cost model) maps a call to one entry.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "algo/primitives.h"
+#include "transport/frame.h"
+
+namespace chorus::algo {
+
+enum class Collective : uint8_t { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Barrier };
+inline constexpr int kNumCollectives = 9;
+
+// The spelling used by CHORUS_ALGO and chorus-perf: "allreduce", "allgather", "reducescatter", "broadcast",
+// "reduce", "alltoall", "gather", "scatter", "barrier".
+const char* collective_name(Collective c) noexcept;
+// Accepts those names and the underscored forms ("all_reduce").
+bool parse_collective(std::string_view name, Collective* out) noexcept;
+
+// What the traffic and cost models need to know about one call. `count` is the call's count argument
+// (per rank for all_reduce/broadcast/reduce; per rank's block for all_gather, reduce_scatter, gather and
+// scatter; per peer for all_to_all).
+struct CallShape {
+  Collective coll = Collective::AllReduce;
+  int size = 1;
+  int rank = 0;
+  int root = 0;
+  size_t count = 0;
+  size_t esize = 4;
+  size_t slice_bytes = 512 * 1024;
+
+  // The nccl-tests "size" of the call in bytes (the whole gathered or scattered buffer for all_gather,
+  // reduce_scatter, all_to_all, gather and scatter).
+  size_t bytes() const;
+};
+
+// Payload bytes one rank sends and receives in one call.
+struct Traffic {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+};
+
+// The link figures the cost model uses, all in seconds: alpha is the latency of one hop on the critical
+// path, overhead the CPU time to send or receive one message, beta the time per byte on the wire, gamma the
+// time per byte reduced (or copied).
+struct LinkModel {
+  double alpha = 20e-6;
+  double overhead = 2e-6;
+  double beta = 0.4e-9;
+  double gamma = 0.3e-9;
+};
+
+// An estimate in its two parts: what the link's latency and per-message costs contribute, and what bytes
+// moved and reduced contribute. Calibration scales each part separately.
+struct Cost {
+  double latency = 0;
+  double bandwidth = 0;
+  double total() const { return latency + bandwidth; }
+};
+
+// Per-algorithm corrections fitted by chorus-tune on the real machine: estimate = latency x latency_factor +
+// bandwidth x bandwidth_factor. The formulas give the shape; the factors absorb what they leave out
+// (scheduling of concurrent messages on few cores, cache effects, the transport's own costs).
+// `corrections` holds, for each probed size (bytes, ascending), measured time / fitted estimate; between
+// probes the ratio is interpolated linearly in log(bytes), beyond them the nearest one applies. So the
+// estimate equals the measurement at the probed sizes and follows the formula's shape in between.
+struct Calibration {
+  double latency = 1;
+  double bandwidth = 1;
+  std::vector<std::pair<double, double>> corrections;  // (bytes, ratio)
+
+  double correction(double bytes) const;
+};
+
+using RunFn = void (*)(OpContext& c, const void* send, void* recv, size_t count, int root);
+using TrafficFn = Traffic (*)(const CallShape& s);
+using CostFn = Cost (*)(const CallShape& s, const LinkModel& link);
+
+struct Algorithm {
+  Collective coll;
+  const char* name;
+  transport::AlgoId id;
+  RunFn run;
+  TrafficFn traffic;
+  CostFn cost;
+};
+
+// Every algorithm of `c`, in a fixed order (the first is the default when the model has no preference).
+std::span<const Algorithm> algorithms_for(Collective c) noexcept;
+// The algorithm of `c` called `name`, or nullptr.
+const Algorithm* find_algorithm(Collective c, std::string_view name) noexcept;
+// "ring, tree, recursive_doubling, ..." for error messages.
+std::string algorithm_names(Collective c);
+
+// One algorithm's estimated time in seconds for the call.
+inline double estimate(const Algorithm& a, const CallShape& s, const LinkModel& link, const Calibration& cal) {
+  Cost c = a.cost(s, link);
+  double t = c.latency * cal.latency + c.bandwidth * cal.bandwidth;
+  return cal.corrections.empty() ? t : t * cal.correction(static_cast<double>(s.bytes()));
+}
+
+// The cheapest algorithm of `s.coll` for this call. `calibration` (one entry per algorithm, in
+// algorithms_for() order) may be null for the bare formulas. `estimates`, when not null, receives each
+// algorithm's estimate in algorithms_for() order.
+const Algorithm& choose_algorithm(const CallShape& s, const LinkModel& link, const Calibration* calibration,
+                                  double* estimates = nullptr);
+
+// ---- exact traffic of algorithms implemented in their own files ----
+Traffic all_reduce_tree_traffic(const CallShape& s);                 // tree.cc
+Traffic all_reduce_recursive_doubling_traffic(const CallShape& s);   // recursive.cc
+Traffic all_reduce_rabenseifner_traffic(const CallShape& s);         // recursive.cc
+Traffic all_gather_recursive_doubling_traffic(const CallShape& s);   // recursive.cc
+Traffic reduce_scatter_recursive_halving_traffic(const CallShape& s);  // recursive.cc
+Traffic all_gather_bruck_traffic(const CallShape& s);                // bruck.cc
+Traffic all_to_all_bruck_traffic(const CallShape& s);                // bruck.cc
+
+}  // namespace chorus::algo
