@@ -1,6 +1,9 @@
 // Pairwise all-to-all. At step k every rank r exchanges one block with partner (k - r) mod N; the pairing
 // is symmetric (the partner's partner is r), so each step is N/2 independent exchanges and the schedule
 // works in place: the block sent to the partner is the one its block replaces.
+//
+// Pairwise reduce-scatter: every rank sends each block of its input straight to the block's owner, which
+// reduces the N - 1 contributions into its output.
 #include <cstring>
 
 #include "algo/algorithms.h"
@@ -33,6 +36,43 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
       } else {
         prims.recv(partner, out + base + off, len);
       }
+    }
+  }
+  prims.flush();
+}
+
+void reduce_scatter_pairwise(OpContext& c, const void* send, void* recv, size_t count) {
+  // Every contribution to a block goes straight to its owner: rank r sends input block r + k to rank r + k
+  // and reduces the contribution of rank r - k into its output, for k = 1 .. N - 1. Step k pairs r with a
+  // distinct peer in each direction, so each ordered pair of ranks carries exactly one block, in slices,
+  // and the frames match in order. Unlike the ring, no partial sum is forwarded, so nothing needs a
+  // temporary: the output is the accumulator (the first contribution combines with input block r, later
+  // ones with the output; the last one divides for Avg). Receives run slice by slice over all peers, so a
+  // slice stays in cache while its N - 1 contributions are combined, in the same order for every element.
+  //
+  // Deadlock and buffers: all sends are posted before any receive, read only input blocks other than r
+  // (never written, even in place, where the output is input block r) and are never waited for before the
+  // final flush. A rank blocks only in receives whose frames its peer posted before it could block, and
+  // flush() completes because every frame has a matching receive.
+  Prims prims(c);
+  const int n = c.size, r = c.rank;
+  const size_t block = count * c.esize;
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  const char* own = in + static_cast<size_t>(r) * block;  // equals out in place
+
+  for (int k = 1; k < n; ++k) {
+    const int to = mod(r + k, n);
+    const char* src = in + static_cast<size_t>(to) * block;
+    for (size_t off = 0; off < block; off += c.slice_bytes) {
+      prims.send(to, src + off, std::min(c.slice_bytes, block - off));
+    }
+  }
+  for (size_t off = 0; off < block; off += c.slice_bytes) {
+    const size_t len = std::min(c.slice_bytes, block - off);
+    for (int k = 1; k < n; ++k) {
+      const char* local = k == 1 ? own + off : out + off;
+      prims.recv_reduce(mod(r - k, n), out + off, local, len, /*last=*/k == n - 1);
     }
   }
   prims.flush();
