@@ -34,15 +34,47 @@ struct MatrixParam {
   TransportKind transport;
   int world_size;
   Coll coll;
+  std::string algorithm;  // forced through CHORUS_ALGO; empty for send/recv
+  // Large: 128 KiB slices and counts up to 300007, so in-process sends go zero-copy (above the 64 KiB eager
+  // size) and completion order matters; fewer dtypes and ops to keep it quick.
+  bool large = false;
 };
 
 std::string param_name(const ::testing::TestParamInfo<MatrixParam>& info) {
   return transport_label(info.param.transport) + "_" + std::to_string(info.param.world_size) + "ranks_" +
-         coll_name(info.param.coll);
+         coll_name(info.param.coll) + (info.param.algorithm.empty() ? "" : "_" + info.param.algorithm) +
+         (info.param.large ? "_large" : "");
 }
 
+// The registry's name for a collective (CHORUS_ALGO's spelling).
+const char* registry_name(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "allreduce";
+    case Coll::Broadcast: return "broadcast";
+    case Coll::Reduce: return "reduce";
+    case Coll::AllGather: return "allgather";
+    case Coll::ReduceScatter: return "reducescatter";
+    case Coll::AllToAll: return "alltoall";
+    case Coll::Gather: return "gather";
+    case Coll::Scatter: return "scatter";
+    case Coll::Barrier: return "barrier";
+    case Coll::SendRecv: return "";
+  }
+  return "";
+}
+
+// Sets CHORUS_ALGO for the test's lifetime (communicators read it when they are created).
+class ScopedAlgorithm {
+ public:
+  explicit ScopedAlgorithm(const std::string& spec) {
+    if (!spec.empty()) ::setenv("CHORUS_ALGO", spec.c_str(), 1);
+  }
+  ~ScopedAlgorithm() { ::unsetenv("CHORUS_ALGO"); }
+};
+
 // Counts that cover the edge cases for world size n, plus one that spans many 1 KiB slices.
-std::vector<size_t> counts_for(int n) {
+std::vector<size_t> counts_for(int n, bool large) {
+  if (large) return {1, 70001, 300007};
   std::vector<size_t> c = {0, 1};
   if (n > 2) c.push_back(static_cast<size_t>(n - 1));
   c.push_back(static_cast<size_t>(2 * n + 1));
@@ -76,7 +108,8 @@ class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
     CommOptions o;
     o.transport = GetParam().transport;
     o.timeout = std::chrono::seconds(60);
-    o.slice_bytes = 1024;  // small slices so modest counts exercise the pipelines
+    // Small slices so modest counts exercise the pipelines; large ones for the zero-copy variant.
+    o.slice_bytes = GetParam().large ? 128 * 1024 : 1024;
     return o;
   }
 };
@@ -85,17 +118,21 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
   const MatrixParam p = GetParam();
   const int n = p.world_size;
   std::atomic<int> barrier_arrivals{0};
+  ScopedAlgorithm forced(p.algorithm.empty() ? "" : std::string(registry_name(p.coll)) + ":" + p.algorithm);
   run_world(n, options(), [&](Communicator& comm) {
     const int r = comm.rank();
     ASSERT_EQ(comm.size(), n);
     ASSERT_EQ(transport_label(comm.options().transport), transport_label(p.transport));
-    const std::vector<DataType> types = all_dtypes();
+    const std::vector<DataType> types =
+        p.large ? std::vector<DataType>{DataType::Float32, DataType::Float16, DataType::Int64} : all_dtypes();
     for (DataType t : types) {
       const size_t es = dtype_size(t);
       bool reducing = p.coll == Coll::AllReduce || p.coll == Coll::Reduce || p.coll == Coll::ReduceScatter;
-      std::vector<ReduceOp> ops = reducing ? all_ops() : std::vector<ReduceOp>{ReduceOp::Sum};
+      std::vector<ReduceOp> ops = !reducing ? std::vector<ReduceOp>{ReduceOp::Sum}
+                                  : p.large  ? std::vector<ReduceOp>{ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}
+                                             : all_ops();
       for (ReduceOp op : ops) {
-        for (size_t count : counts_for(n)) {
+        for (size_t count : counts_for(n, p.large)) {
           for (bool in_place : {false, true}) {
             int root = static_cast<int>((count + static_cast<size_t>(t) + (in_place ? 1 : 0)) % static_cast<size_t>(n));
             std::string what = std::string(coll_name(p.coll)) + " rank " + std::to_string(r) + " " +
@@ -258,6 +295,10 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                 break;
               }
             }
+            // The forced algorithm really ran: no silent fallback.
+            if (!p.algorithm.empty() && p.coll != Coll::Barrier) {
+              EXPECT_EQ(comm.last_operation().algorithm, p.algorithm) << what;
+            }
             if (::testing::Test::HasFailure()) return;
           }
         }
@@ -272,7 +313,19 @@ std::vector<MatrixParam> matrix_params() {
     for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
       for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter,
                      Coll::AllToAll, Coll::Gather, Coll::Scatter, Coll::Barrier, Coll::SendRecv}) {
-        v.push_back({tk, n, c});
+        if (c == Coll::SendRecv) {
+          v.push_back({tk, n, c, ""});
+          continue;
+        }
+        for (const std::string& algo : algorithm_names(registry_name(c))) v.push_back({tk, n, c, algo});
+      }
+    }
+  }
+  for (int n : {3, 5, 8}) {
+    for (Coll c : {Coll::AllReduce, Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter,
+                   Coll::AllToAll, Coll::Gather, Coll::Scatter}) {
+      for (const std::string& algo : algorithm_names(registry_name(c))) {
+        v.push_back({TransportKind::InProc, n, c, algo, /*large=*/true});
       }
     }
   }

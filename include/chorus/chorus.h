@@ -6,5 +6,6 @@
 #include "chorus/error.h"
 #include "chorus/export.h"
 #include "chorus/store.h"
+#include "chorus/tuning.h"
 #include "chorus/types.h"
 #include "chorus/version.h"

@@ -27,6 +27,7 @@
 #include <ranges>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chorus/error.h"
 #include "chorus/export.h"
@@ -57,6 +58,41 @@ struct CommOptions {
 };
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
+
+// Choices for one call.
+struct CallOptions {
+  // Run this algorithm (one of algorithm_names(collective)) instead of CHORUS_ALGO's or the cost model's
+  // choice. Every rank must pass the same name. A name the collective does not have throws
+  // Error(InvalidArgument) before anything is sent.
+  std::string_view algorithm;
+};
+
+// The algorithms a collective offers, in the registry's order. `collective` is "allreduce", "allgather",
+// "reducescatter", "broadcast", "reduce", "alltoall", "gather", "scatter" or "barrier" (underscores are
+// ignored). Throws Error(InvalidArgument) for another name.
+CHORUS_API std::vector<std::string> algorithm_names(std::string_view collective);
+
+// Payload bytes (frame headers excluded) a communicator has moved since it was created.
+struct TrafficCounters {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  std::vector<uint64_t> sent_to;        // indexed by peer rank
+  std::vector<uint64_t> received_from;  // indexed by peer rank
+  uint64_t operations = 0;
+};
+
+// What the most recent operation on a communicator did.
+struct OperationInfo {
+  std::string collective;  // "allreduce", ..., or "send" / "recv"
+  std::string algorithm;   // "ring", "tree", ... ("direct" for send/recv)
+  bool forced = false;     // chosen by CallOptions or CHORUS_ALGO rather than by the cost model
+  size_t count = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t predicted_sent = 0;      // the algorithm's traffic formula for this rank
+  uint64_t predicted_received = 0;
+  double estimated_seconds = 0;     // the cost model's estimate for this call
+};
 
 namespace detail {
 template <class R>
@@ -131,6 +167,27 @@ class CHORUS_API Communicator {
   // ranks with the same color form a new communicator, ordered by (key, rank in this communicator).
   // Returns nullptr for color kNoColor. The child inherits this communicator's options and store.
   std::unique_ptr<Communicator> split(int color, int key);
+
+  // The same collectives with per-call choices (see CallOptions).
+  void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, const CallOptions& opts);
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root, const CallOptions& opts);
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+              const CallOptions& opts);
+  void all_gather(const void* send, void* recv, size_t send_count, DataType type, const CallOptions& opts);
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                      const CallOptions& opts);
+  void all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type, const CallOptions& opts);
+  void gather(const void* send, void* recv, size_t send_count, DataType type, int root, const CallOptions& opts);
+  void scatter(const void* send, void* recv, size_t recv_count, DataType type, int root, const CallOptions& opts);
+  void barrier(const CallOptions& opts);
+
+  // The algorithm this communicator would run for the call, without forcing: the cost model's choice under
+  // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer.
+  std::string automatic_algorithm(std::string_view collective, size_t count, DataType type) const;
+  // Traffic since creation, and the figures of the last operation. Read them between calls (the same
+  // one-thread-at-a-time rule as for operations).
+  TrafficCounters traffic() const;
+  OperationInfo last_operation() const;
 
   // Effective options (environment applied).
   const CommOptions& options() const noexcept;

@@ -155,8 +155,21 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                                                        store_address(&st), same_host, deadline);
   }
   impl->options.transport = kind;
-  base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms", size,
-                 impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count());
+  const tune::LinkEntry& tuned = tune::entry_for(impl->config.tuning.get(), impl->transport->name(), size);
+  impl->link = tuned.link;
+  for (int c = 0; c < algo::kNumCollectives; ++c) {
+    impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
+  }
+  impl->tuning_source = fmt::format("{} ({} ranks entry)",
+                                    impl->config.tuning ? impl->config.tuning->source : std::string("built-in tuning"),
+                                    tuned.world_size);
+  impl->sent_to.assign(static_cast<size_t>(size), 0);
+  impl->received_from.assign(static_cast<size_t>(size), 0);
+  base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "
+                 "from {} (alpha {:.2f} us, overhead {:.2f} us, beta {:.3f} ns/B, gamma {:.3f} ns/B)",
+                 size, impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count(),
+                 impl->tuning_source,
+                 impl->link.alpha * 1e6, impl->link.overhead * 1e6, impl->link.beta * 1e9, impl->link.gamma * 1e9);
   return impl;
 }
 

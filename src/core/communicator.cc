@@ -1,10 +1,12 @@
 // The public Communicator: argument checks, operation fingerprints and sequence numbers, dispatch to the
 // algorithms, and the failure state.
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "algo/algorithms.h"
+#include "algo/registry.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "core/communicator_impl.h"
@@ -38,13 +40,15 @@ class OpScope {
     }
   }
 
-  // Builds the context for an operation whose arguments were checked.
+  // Builds the context for an operation whose arguments were checked; consumes a sequence number.
   algo::OpContext context(OpKind kind, AlgoId algo, size_t count, DataType dtype, const ReduceOp* rop, int root) {
     algo::OpContext c;
     c.transport = impl_.transport.get();
     c.scratch = &impl_.scratch;
     c.rank = impl_.rank;
     c.size = impl_.size;
+    c.sent_to = impl_.sent_to.data();
+    c.received_from = impl_.received_from.data();
     c.tag.op = kind;
     c.tag.dtype = dtype;
     c.tag.algo = algo;
@@ -107,6 +111,108 @@ void copy_if_distinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
 
+// One collective call, its arguments already checked.
+struct CollCall {
+  algo::Collective coll;
+  OpKind kind;
+  const char* op_name;
+  const void* send;
+  void* recv;
+  size_t count;
+  DataType dtype;
+  const ReduceOp* rop;  // null for data movement
+  int root;             // -1 when the collective has none
+  size_t local_bytes;   // what a world of one copies from send to recv
+  const CallOptions* opts;
+};
+
+algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
+  algo::CallShape s;
+  s.coll = call.coll;
+  s.size = impl.size;
+  s.rank = impl.rank;
+  s.root = std::max(call.root, 0);
+  s.count = call.count;
+  s.esize = dtype_size(call.dtype);
+  s.slice_bytes = std::max(s.esize, impl.config.slice_bytes - impl.config.slice_bytes % s.esize);
+  return s;
+}
+
+// The algorithm for a call: the call's option, else CHORUS_ALGO, else the cost model. An unknown name is an
+// InvalidArgument, raised before anything is sent.
+const algo::Algorithm& select_algorithm(Communicator::Impl& impl, const CollCall& call, const algo::CallShape& shape,
+                                        bool* forced, double* estimate) {
+  std::string_view name = call.opts && !call.opts->algorithm.empty()
+                              ? call.opts->algorithm
+                              : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
+  if (!name.empty()) {
+    const algo::Algorithm* a = algo::find_algorithm(call.coll, name);
+    if (!a) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("{}: no algorithm named '{}' (valid: {})", call.op_name, name,
+                                    algo::algorithm_names(call.coll)));
+    }
+    auto algos = algo::algorithms_for(call.coll);
+    *forced = true;
+    *estimate = algo::estimate(*a, shape, impl.link, impl.calibration[static_cast<int>(call.coll)][a - algos.data()]);
+    return *a;
+  }
+  *forced = false;
+  double estimates[16];
+  const algo::Algorithm& a =
+      algo::choose_algorithm(shape, impl.link, impl.calibration[static_cast<int>(call.coll)].data(), estimates);
+  auto algos = algo::algorithms_for(call.coll);
+  *estimate = estimates[&a - algos.data()];
+  if (base::log_enabled(base::LogLevel::Info) &&
+      impl.logged_choices.insert({static_cast<int>(call.coll), shape.bytes()}).second) {
+    std::string alternatives;
+    for (size_t i = 0; i < algos.size(); ++i) {
+      alternatives += fmt::format("{}{} {:.1f} us", i ? ", " : "", algos[i].name, estimates[i] * 1e6);
+    }
+    base::log_info("{} of {} bytes on {} ranks: {} (estimates: {})", algo::collective_name(call.coll), shape.bytes(),
+                   impl.size, a.name, alternatives);
+  }
+  return a;
+}
+
+void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& call) {
+  algo::CallShape shape = shape_of(impl, call);
+  bool forced = false;
+  double estimate = 0;
+  const algo::Algorithm& algorithm = select_algorithm(impl, call, shape, &forced, &estimate);
+  algo::OpContext c = scope.context(call.kind, algorithm.id, call.count, call.dtype, call.rop, call.root);
+  scope.run([&] {
+    if (impl.size == 1) {
+      copy_if_distinct(call.recv, call.send, call.local_bytes);
+    } else {
+      algorithm.run(c, call.send, call.recv, call.count, call.root);
+    }
+  });
+  algo::Traffic predicted = algorithm.traffic(shape);
+  OperationInfo& info = impl.last_op;
+  info.collective = algo::collective_name(call.coll);
+  info.algorithm = algorithm.name;
+  info.forced = forced;
+  info.count = call.count;
+  info.bytes_sent = c.bytes_sent;
+  info.bytes_received = c.bytes_received;
+  info.predicted_sent = predicted.sent;
+  info.predicted_received = predicted.received;
+  info.estimated_seconds = estimate;
+  ++impl.operations;
+}
+
+void record_p2p(Communicator::Impl& impl, const char* what, size_t count, uint64_t sent, uint64_t received) {
+  OperationInfo& info = impl.last_op;
+  info = OperationInfo{};
+  info.collective = what;
+  info.algorithm = "direct";
+  info.count = count;
+  info.bytes_sent = info.predicted_sent = sent;
+  info.bytes_received = info.predicted_received = received;
+  ++impl.operations;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- construction
@@ -133,8 +239,16 @@ void Communicator::check_sizes(size_t small, size_t big, size_t factor, const ch
 }
 
 // ---------------------------------------------------------------- collectives
+//
+// Each public call checks its arguments (throwing InvalidArgument before anything is sent), then hands a
+// CollCall to run_collective. The overloads without CallOptions pass none.
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  all_reduce(send, recv, count, type, op, CallOptions{});
+}
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                              const CallOptions& opts) {
   constexpr const char* kOp = "all_reduce";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -143,17 +257,16 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   core::check_pointer(kOp, "send", send, bytes);
   core::check_pointer(kOp, "recv", recv, bytes);
   core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
-  auto c = scope.context(OpKind::AllReduce, AlgoId::Ring, count, type, &op, -1);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::all_reduce_ring(c, send, recv, count);
-  });
+  run_collective(*impl_, scope,
+                 {algo::Collective::AllReduce, OpKind::AllReduce, kOp, send, recv, count, type, &op, -1, bytes, &opts});
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
+  broadcast(send, recv, count, type, root, CallOptions{});
+}
+
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                             const CallOptions& opts) {
   constexpr const char* kOp = "broadcast";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -164,17 +277,16 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     core::check_pointer(kOp, "send (on the root)", send, bytes);
     core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
   }
-  auto c = scope.context(OpKind::Broadcast, AlgoId::Binomial, count, type, nullptr, root);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::broadcast_binomial(c, send, recv, count, root);
-  });
+  run_collective(*impl_, scope, {algo::Collective::Broadcast, OpKind::Broadcast, kOp, send, recv, count, type,
+                                 nullptr, root, bytes, &opts});
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  reduce(send, recv, count, type, op, root, CallOptions{});
+}
+
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                          const CallOptions& opts) {
   constexpr const char* kOp = "reduce";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -186,17 +298,16 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     core::check_pointer(kOp, "recv (on the root)", recv, bytes);
     core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
   }
-  auto c = scope.context(OpKind::Reduce, AlgoId::Binomial, count, type, &op, root);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::reduce_binomial(c, send, recv, count, root);
-  });
+  run_collective(*impl_, scope,
+                 {algo::Collective::Reduce, OpKind::Reduce, kOp, send, recv, count, type, &op, root, bytes, &opts});
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type) {
+  all_gather(send, recv, send_count, type, CallOptions{});
+}
+
+void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type,
+                              const CallOptions& opts) {
   constexpr const char* kOp = "all_gather";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -206,17 +317,16 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   core::check_pointer(kOp, "recv", recv, total);
   const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(impl_->rank) * bytes : nullptr;
   core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + rank * send_count");
-  auto c = scope.context(OpKind::AllGather, AlgoId::Ring, send_count, type, nullptr, -1);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::all_gather_ring(c, send, recv, send_count);
-  });
+  run_collective(*impl_, scope, {algo::Collective::AllGather, OpKind::AllGather, kOp, send, recv, send_count, type,
+                                 nullptr, -1, bytes, &opts});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
+  reduce_scatter(send, recv, recv_count, type, op, CallOptions{});
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                                  const CallOptions& opts) {
   constexpr const char* kOp = "reduce_scatter";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -228,17 +338,16 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   // In place: recv == send + rank * recv_count, i.e. send == recv - rank * recv_count.
   const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(impl_->rank) * bytes : nullptr;
   core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + rank * recv_count");
-  auto c = scope.context(OpKind::ReduceScatter, AlgoId::Ring, recv_count, type, &op, -1);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::reduce_scatter_ring(c, send, recv, recv_count);
-  });
+  run_collective(*impl_, scope, {algo::Collective::ReduceScatter, OpKind::ReduceScatter, kOp, send, recv, recv_count,
+                                 type, &op, -1, bytes, &opts});
 }
 
 void Communicator::all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type) {
+  all_to_all(send, recv, count_per_peer, type, CallOptions{});
+}
+
+void Communicator::all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type,
+                              const CallOptions& opts) {
   constexpr const char* kOp = "all_to_all";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -246,17 +355,16 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count_per_pee
   core::check_pointer(kOp, "send", send, total);
   core::check_pointer(kOp, "recv", recv, total);
   core::check_overlap(kOp, send, total, recv, total, recv, "requires send == recv");
-  auto c = scope.context(OpKind::AllToAll, AlgoId::Pairwise, count_per_peer, type, nullptr, -1);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, total);
-      return;
-    }
-    algo::all_to_all_pairwise(c, send, recv, count_per_peer);
-  });
+  run_collective(*impl_, scope, {algo::Collective::AllToAll, OpKind::AllToAll, kOp, send, recv, count_per_peer, type,
+                                 nullptr, -1, total, &opts});
 }
 
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType type, int root) {
+  gather(send, recv, send_count, type, root, CallOptions{});
+}
+
+void Communicator::gather(const void* send, void* recv, size_t send_count, DataType type, int root,
+                          const CallOptions& opts) {
   constexpr const char* kOp = "gather";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -269,17 +377,16 @@ void Communicator::gather(const void* send, void* recv, size_t send_count, DataT
     const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes : nullptr;
     core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + root * send_count");
   }
-  auto c = scope.context(OpKind::Gather, AlgoId::Linear, send_count, type, nullptr, root);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::gather_linear(c, send, recv, send_count, root);
-  });
+  run_collective(*impl_, scope, {algo::Collective::Gather, OpKind::Gather, kOp, send, recv, send_count, type, nullptr,
+                                 root, bytes, &opts});
 }
 
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType type, int root) {
+  scatter(send, recv, recv_count, type, root, CallOptions{});
+}
+
+void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType type, int root,
+                           const CallOptions& opts) {
   constexpr const char* kOp = "scatter";
   OpScope scope(*impl_, kOp);
   core::check_dtype(kOp, type);
@@ -292,23 +399,55 @@ void Communicator::scatter(const void* send, void* recv, size_t recv_count, Data
     const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(root) * bytes : nullptr;
     core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + root * recv_count");
   }
-  auto c = scope.context(OpKind::Scatter, AlgoId::Linear, recv_count, type, nullptr, root);
-  scope.run([&] {
-    if (impl_->size == 1) {
-      copy_if_distinct(recv, send, bytes);
-      return;
-    }
-    algo::scatter_linear(c, send, recv, recv_count, root);
-  });
+  run_collective(*impl_, scope, {algo::Collective::Scatter, OpKind::Scatter, kOp, send, recv, recv_count, type,
+                                 nullptr, root, bytes, &opts});
 }
 
-void Communicator::barrier() {
+void Communicator::barrier() { barrier(CallOptions{}); }
+
+void Communicator::barrier(const CallOptions& opts) {
   OpScope scope(*impl_, "barrier");
-  auto c = scope.context(OpKind::Barrier, AlgoId::Dissemination, 0, DataType::UInt8, nullptr, -1);
-  scope.run([&] {
-    if (impl_->size > 1) algo::barrier_dissemination(c);
-  });
+  run_collective(*impl_, scope, {algo::Collective::Barrier, OpKind::Barrier, "barrier", nullptr, nullptr, 0,
+                                 DataType::UInt8, nullptr, -1, 0, &opts});
 }
+
+// ---------------------------------------------------------------- introspection
+
+std::vector<std::string> algorithm_names(std::string_view collective) {
+  algo::Collective c;
+  if (!algo::parse_collective(collective, &c)) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("unknown collective '{}' (valid: allreduce, allgather, reducescatter, broadcast, "
+                                  "reduce, alltoall, gather, scatter, barrier)",
+                                  collective));
+  }
+  std::vector<std::string> names;
+  for (const algo::Algorithm& a : algo::algorithms_for(c)) names.emplace_back(a.name);
+  return names;
+}
+
+std::string Communicator::automatic_algorithm(std::string_view collective, size_t count, DataType type) const {
+  algo::Collective c;
+  if (!algo::parse_collective(collective, &c)) algorithm_names(collective);  // throws the precise error
+  core::check_dtype("automatic_algorithm", type);
+  CollCall call{c, OpKind::None, "automatic_algorithm", nullptr, nullptr, count, type, nullptr, 0, 0, nullptr};
+  return algo::choose_algorithm(shape_of(*impl_, call), impl_->link, impl_->calibration[static_cast<int>(c)].data())
+      .name;
+}
+
+TrafficCounters Communicator::traffic() const {
+  TrafficCounters t;
+  t.sent_to = impl_->sent_to;
+  t.received_from = impl_->received_from;
+  for (uint64_t b : t.sent_to) t.bytes_sent += b;
+  for (uint64_t b : t.received_from) t.bytes_received += b;
+  t.operations = impl_->operations;
+  return t;
+}
+
+OperationInfo Communicator::last_operation() const { return impl_->last_op; }
+
+// ---------------------------------------------------------------- point to point
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
   constexpr const char* kOp = "send";
@@ -332,6 +471,8 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
     impl_->transport->flush(deadline);
     ++impl_->p2p_send_seq[peer];
   });
+  impl_->sent_to[peer] += bytes;
+  record_p2p(*impl_, "send", count, bytes, 0);
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
@@ -355,6 +496,8 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
     impl_->transport->recv(peer, tag, buf, bytes, deadline);
     ++impl_->p2p_recv_seq[peer];
   });
+  impl_->received_from[peer] += bytes;
+  record_p2p(*impl_, "recv", count, 0, bytes);
 }
 
 // ---------------------------------------------------------------- split

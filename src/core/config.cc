@@ -50,6 +50,66 @@ std::optional<size_t> parse_size(std::string_view t) {
   return static_cast<size_t>(x);
 }
 
+std::array<std::string, algo::kNumCollectives> parse_algorithm_spec(std::string_view spec) {
+  std::array<std::string, algo::kNumCollectives> forced;
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+    return t;
+  };
+  auto all_valid = [] {
+    std::string out;
+    for (int i = 0; i < algo::kNumCollectives; ++i) {
+      auto c = static_cast<algo::Collective>(i);
+      out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", algo::collective_name(c), algo::algorithm_names(c));
+    }
+    return out;
+  };
+  spec = trim(spec);
+  if (spec.find(':') == std::string_view::npos) {
+    bool any = false;
+    for (int i = 0; i < algo::kNumCollectives; ++i) {
+      auto c = static_cast<algo::Collective>(i);
+      if (algo::find_algorithm(c, spec)) {
+        forced[i] = std::string(spec);
+        any = true;
+      }
+    }
+    if (!any) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_ALGO='{}': no collective has an algorithm of that name (valid: {})", spec,
+                                    all_valid()));
+    }
+    return forced;
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(';', pos);
+    if (end == std::string_view::npos) end = spec.size();
+    std::string_view item = trim(spec.substr(pos, end - pos));
+    pos = end + 1;
+    if (item.empty()) continue;
+    size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_ALGO: '{}' is not of the form collective:algorithm", item));
+    }
+    std::string_view cname = trim(item.substr(0, colon)), aname = trim(item.substr(colon + 1));
+    algo::Collective c;
+    if (!algo::parse_collective(cname, &c)) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_ALGO: unknown collective '{}' (valid: {})", cname, all_valid()));
+    }
+    if (!algo::find_algorithm(c, aname)) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_ALGO: {} has no algorithm '{}' (valid: {})", algo::collective_name(c),
+                                    aname, algo::algorithm_names(c)));
+    }
+    forced[static_cast<int>(c)] = std::string(aname);
+  }
+  return forced;
+}
+
 const char* transport_kind_name(TransportKind kind) {
   switch (kind) {
     case TransportKind::Auto: return "auto";
@@ -105,6 +165,11 @@ Config resolve_config(const CommOptions& o) {
   }
   if (slice) c.slice_bytes = slice;
   if (c.slice_bytes < 64) c.slice_bytes = 64;
+
+  if (auto spec = env_string("CHORUS_ALGO")) c.forced_algorithm = parse_algorithm_spec(*spec);
+  if (auto path = env_string("CHORUS_TUNING_FILE")) {
+    c.tuning = std::make_shared<const tune::Tuning>(tune::load_tuning_file(*path));
+  }
 
   if (auto b = env_string("CHORUS_SOCKET_BUFFER_BYTES")) {
     auto v = parse_size(*b);

@@ -1,10 +1,15 @@
 // Every environment variable Chorus reads, in one place, resolved once per communicator.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "algo/registry.h"
+#include "tune/cost_model.h"
 
 #include "chorus/communicator.h"
 
@@ -17,7 +22,16 @@ struct Config {
   size_t slice_bytes = 512 * 1024;
   int socket_buffer_bytes = 0;
   bool shm_requested = false;  // CHORUS_TRANSPORT=shm, served by tcp until the shared-memory transport exists
+  // CHORUS_ALGO: the algorithm forced for each collective (empty: the cost model chooses).
+  std::array<std::string, algo::kNumCollectives> forced_algorithm;
+  // CHORUS_TUNING_FILE, loaded; null when unset.
+  std::shared_ptr<const tune::Tuning> tuning;
 };
+
+// Parses CHORUS_ALGO's syntax: one algorithm name for every collective that has it, or
+// "collective:name;collective:name". Throws Error(InvalidArgument) for an unknown collective, or a name no
+// collective (or not the named one) has, listing the valid names.
+std::array<std::string, algo::kNumCollectives> parse_algorithm_spec(std::string_view spec);
 
 // Options win over the environment where they were set; the environment wins over built-in defaults.
 // Throws Error(InvalidArgument) naming a malformed variable.

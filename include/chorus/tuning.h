@@ -1,0 +1,54 @@
+// Calibrating the cost model that chooses collective algorithms (see CHORUS_TUNING_FILE and chorus-tune).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chorus/communicator.h"
+#include "chorus/export.h"
+
+namespace chorus {
+
+// How well one algorithm's formula matched its measured times, and the factors that make it match: the
+// model's estimate is latency_factor x (its latency part) + bandwidth_factor x (its bandwidth part).
+struct AlgorithmFit {
+  std::string collective;  // "allreduce", ...
+  std::string algorithm;   // "ring", ...
+  double latency_factor = 1;
+  double bandwidth_factor = 1;
+  double worst_error = 0;  // largest relative error of the fitted formula (before corrections) over the probes
+  // Measured time / fitted estimate at each probed size (bytes), which the model interpolates between.
+  std::vector<std::pair<double, double>> corrections;
+};
+
+// What the cost model needs to know about a link, measured on this machine and transport.
+struct LinkFigures {
+  double alpha_us = 0;           // latency of one hop (half a round trip, minus the two overheads)
+  double overhead_us = 0;        // CPU time to send or receive one small message
+  double beta_ns_per_byte = 0;   // time per byte on the wire
+  double gamma_ns_per_byte = 0;  // time per byte reduced (float32 sum)
+  int world_size = 0;            // how many ranks were running when it was measured
+  std::string transport;         // "tcp", "inproc"
+  std::vector<AlgorithmFit> algorithms;  // empty unless CalibrationOptions::algorithms
+};
+
+struct CalibrationOptions {
+  int iterations = 300;                  // small-message round trips
+  size_t large_bytes = size_t{4} << 20;  // size of the bandwidth probe
+  // Also time every algorithm of every collective at a few sizes (8 B to max_bytes) and fit its factors.
+  bool algorithms = true;
+  size_t max_bytes = size_t{16} << 20;
+};
+
+// Measures the link between ranks 0 and 1 with ping-pong and streaming probes, and the reduction speed
+// with a local kernel probe. Collective: every rank of `comm` calls it, and every rank gets rank 0's
+// figures. Needs at least two ranks (throws InvalidArgument otherwise).
+CHORUS_API LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options = {});
+
+// Adds the figures to the tuning file at `path` (creating it), replacing an entry for the same transport and
+// world size. The file is what CHORUS_TUNING_FILE loads.
+CHORUS_API void update_tuning_file(const std::string& path, const LinkFigures& figures);
+
+}  // namespace chorus

@@ -1,0 +1,264 @@
+// Measuring the cost model's link figures on the real machine and transport (chorus-tune).
+//
+// alpha + 2 x overhead is half a small-message round trip; the overhead is the per-message time of a stream
+// of small sends, which the receiver absorbs one by one; beta is the extra half round trip of a large
+// message per byte; gamma is the speed of the float32 sum kernel on a cache-sized buffer, which is how the
+// transports reduce (in 64 KiB pieces).
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "chorus/tuning.h"
+#include "algo/registry.h"
+#include "kernels/reduce.h"
+#include "tune/cost_model.h"
+
+namespace chorus {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Median of repeated timings of fn, in seconds.
+template <class Fn>
+double median_time(int reps, Fn&& fn) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(seconds(Clock::now() - t0));
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// Half a round trip between ranks 0 and 1 for `bytes`, median over batches.
+double half_round_trip(Communicator& comm, size_t bytes, int iterations) {
+  std::vector<char> buf(std::max<size_t>(bytes, 1));
+  auto once = [&] {
+    if (comm.rank() == 0) {
+      comm.send(buf.data(), bytes, DataType::UInt8, 1);
+      comm.recv(buf.data(), bytes, DataType::UInt8, 1);
+    } else if (comm.rank() == 1) {
+      comm.recv(buf.data(), bytes, DataType::UInt8, 0);
+      comm.send(buf.data(), bytes, DataType::UInt8, 0);
+    }
+  };
+  for (int i = 0; i < std::max(3, iterations / 10); ++i) once();  // warm up
+  const int batch = std::max(1, iterations / 10);
+  return median_time(10, [&] {
+           for (int i = 0; i < batch; ++i) once();
+         }) /
+         batch / 2;
+}
+
+// Time per message of a one-way stream of small messages from rank 0 to rank 1.
+double stream_per_message(Communicator& comm, int messages) {
+  std::vector<char> buf(8), ack(1);
+  auto once = [&] {
+    if (comm.rank() == 0) {
+      for (int i = 0; i < messages; ++i) comm.send(buf.data(), 8, DataType::UInt8, 1);
+      comm.recv(ack.data(), 1, DataType::UInt8, 1);
+    } else if (comm.rank() == 1) {
+      for (int i = 0; i < messages; ++i) comm.recv(buf.data(), 8, DataType::UInt8, 0);
+      comm.send(ack.data(), 1, DataType::UInt8, 0);
+    }
+  };
+  once();
+  return median_time(5, once) / messages;
+}
+
+double reduce_seconds_per_byte() {
+  const size_t n = 64 * 1024 / 4;  // the transports' staging piece
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), out(n);
+  auto fn = kernels::reduce_fn(DataType::Float32, ReduceOp::Sum);
+  for (int i = 0; i < 10; ++i) fn(out.data(), a.data(), b.data(), n);
+  return median_time(50, [&] {
+           for (int i = 0; i < 16; ++i) fn(out.data(), a.data(), b.data(), n);
+         }) /
+         16 / (n * 4.0);
+}
+
+// The time of one call (the slowest rank's median over repetitions), in seconds.
+double time_collective(Communicator& comm, algo::Collective coll, const std::string& algorithm, size_t bytes,
+                       std::vector<char>& a, std::vector<char>& b) {
+  const int n = comm.size();
+  const bool per_block = coll == algo::Collective::AllGather || coll == algo::Collective::ReduceScatter ||
+                         coll == algo::Collective::AllToAll;
+  const size_t count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
+  CallOptions o{algorithm};
+  auto once = [&] {
+    switch (coll) {
+      case algo::Collective::AllReduce:
+        comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+        break;
+      case algo::Collective::AllGather: comm.all_gather(a.data(), b.data(), count, DataType::Float32, o); break;
+      case algo::Collective::ReduceScatter:
+        comm.reduce_scatter(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+        break;
+      case algo::Collective::Broadcast: comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0, o); break;
+      case algo::Collective::Reduce:
+        comm.reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, 0, o);
+        break;
+      case algo::Collective::AllToAll: comm.all_to_all(a.data(), b.data(), count, DataType::Float32, o); break;
+      default: break;
+    }
+  };
+  // Timed as chorus-perf (and nccl-tests) time: iterations back to back after a barrier, the average per
+  // iteration, averaged over ranks; the median of a few such batches.
+  const int iters = bytes <= (64u << 10) ? 20 : bytes <= (1u << 20) ? 6 : 2;
+  const int batches = bytes <= (1u << 20) ? 5 : 3;
+  once();
+  std::vector<double> t;
+  for (int i = 0; i < batches; ++i) {
+    comm.barrier();
+    auto t0 = Clock::now();
+    for (int k = 0; k < iters; ++k) once();
+    double mine = seconds(Clock::now() - t0) / iters, sum = 0;
+    comm.all_reduce(&mine, &sum, 1, DataType::Float64, ReduceOp::Sum);
+    t.push_back(sum / n);
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+// Least squares with relative weights: times span six orders of magnitude, so each probe counts by its
+// relative error. Fits t = a x latency + b x bandwidth with a, b > 0.
+AlgorithmFit fit(const std::vector<algo::Cost>& model, const std::vector<double>& measured) {
+  double sll = 0, slb = 0, sbb = 0, slt = 0, sbt = 0;
+  for (size_t i = 0; i < model.size(); ++i) {
+    double w = 1.0 / (measured[i] * measured[i]), l = model[i].latency, b = model[i].bandwidth, t = measured[i];
+    sll += w * l * l;
+    slb += w * l * b;
+    sbb += w * b * b;
+    slt += w * l * t;
+    sbt += w * b * t;
+  }
+  AlgorithmFit f;
+  double det = sll * sbb - slb * slb;
+  if (det > 0) {
+    f.latency_factor = (slt * sbb - sbt * slb) / det;
+    f.bandwidth_factor = (sbt * sll - slt * slb) / det;
+  }
+  // A negative factor means one part explains the data alone: fit the other with it pinned small.
+  const double kFloor = 0.05;
+  if (f.latency_factor < kFloor) {
+    f.latency_factor = kFloor;
+    f.bandwidth_factor = sbb > 0 ? (sbt - kFloor * slb) / sbb : 1;
+  }
+  if (f.bandwidth_factor < kFloor) {
+    f.bandwidth_factor = kFloor;
+    f.latency_factor = sll > 0 ? (slt - kFloor * slb) / sll : 1;
+  }
+  f.latency_factor = std::max(f.latency_factor, kFloor);
+  f.bandwidth_factor = std::max(f.bandwidth_factor, kFloor);
+  for (size_t i = 0; i < model.size(); ++i) {
+    double est = f.latency_factor * model[i].latency + f.bandwidth_factor * model[i].bandwidth;
+    f.worst_error = std::max(f.worst_error, std::abs(est - measured[i]) / measured[i]);
+  }
+  return f;  // the caller adds the corrections, which need the probed sizes
+}
+
+std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::LinkModel& link, size_t max_bytes) {
+  std::vector<AlgorithmFit> fits;
+  const int n = comm.size();
+  std::vector<size_t> sizes;
+  for (size_t b = 8; b <= max_bytes; b *= 8) sizes.push_back(b);
+  std::vector<char> a(max_bytes * 2 + 64, 1), b(max_bytes * 2 + 64, 0);
+  for (algo::Collective coll : {algo::Collective::AllReduce, algo::Collective::AllGather,
+                                algo::Collective::ReduceScatter, algo::Collective::Broadcast, algo::Collective::Reduce,
+                                algo::Collective::AllToAll}) {
+    for (const algo::Algorithm& alg : algo::algorithms_for(coll)) {
+      std::vector<algo::Cost> model;
+      std::vector<double> measured;
+      for (size_t bytes : sizes) {
+        algo::CallShape s;
+        s.coll = coll;
+        s.size = n;
+        s.esize = 4;
+        bool per_block = coll == algo::Collective::AllGather || coll == algo::Collective::ReduceScatter ||
+                         coll == algo::Collective::AllToAll;
+        s.count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
+        s.slice_bytes = comm.options().slice_bytes;
+        model.push_back(alg.cost(s, link));
+        measured.push_back(time_collective(comm, coll, alg.name, bytes, a, b));
+      }
+      AlgorithmFit f = fit(model, measured);
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        double est = f.latency_factor * model[i].latency + f.bandwidth_factor * model[i].bandwidth;
+        f.corrections.emplace_back(static_cast<double>(sizes[i]), est > 0 ? measured[i] / est : 1.0);
+      }
+      f.collective = algo::collective_name(coll);
+      f.algorithm = alg.name;
+      fits.push_back(f);
+    }
+  }
+  return fits;
+}
+
+}  // namespace
+
+LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options) {
+  if (comm.size() < 2) {
+    base::throw_error(ErrorCode::InvalidArgument, "calibrate_link needs at least two ranks (run under chorus-run -n 2)");
+  }
+  comm.barrier();
+  double small = half_round_trip(comm, 8, options.iterations);
+  double per_message = stream_per_message(comm, std::max(100, options.iterations));
+  double large = half_round_trip(comm, options.large_bytes, 20);
+  double gamma = reduce_seconds_per_byte();
+
+  // Rank 0's figures are everyone's.
+  double f[4] = {small, per_message, large, gamma};
+  comm.broadcast(f, f, 4, DataType::Float64, 0);
+  LinkFigures out;
+  out.overhead_us = f[1] * 1e6;
+  out.alpha_us = std::max(0.1, (f[0] - 2 * f[1]) * 1e6);
+  out.beta_ns_per_byte = std::max(0.001, (f[2] - f[0]) / static_cast<double>(options.large_bytes) * 1e9);
+  out.gamma_ns_per_byte = f[3] * 1e9;
+  out.world_size = comm.size();
+  out.transport = std::string(comm.transport_name());
+  if (options.algorithms) {
+    algo::LinkModel link{out.alpha_us * 1e-6, out.overhead_us * 1e-6, out.beta_ns_per_byte * 1e-9,
+                         out.gamma_ns_per_byte * 1e-9};
+    // Every rank times every call (the slowest rank's time counts), so every rank gets the same fits.
+    out.algorithms = calibrate_algorithms(comm, link, options.max_bytes);
+  }
+  return out;
+}
+
+void update_tuning_file(const std::string& path, const LinkFigures& figures) {
+  tune::Tuning t;
+  if (std::ifstream(path).good()) t = tune::load_tuning_file(path);
+  auto& entries = t.transports[figures.transport];
+  std::erase_if(entries, [&](const tune::LinkEntry& e) { return e.world_size == figures.world_size; });
+  tune::LinkEntry e;
+  e.world_size = figures.world_size;
+  e.link.alpha = figures.alpha_us * 1e-6;
+  e.link.overhead = figures.overhead_us * 1e-6;
+  e.link.beta = figures.beta_ns_per_byte * 1e-9;
+  e.link.gamma = figures.gamma_ns_per_byte * 1e-9;
+  for (const AlgorithmFit& f : figures.algorithms) {
+    e.algorithms[f.collective + "/" + f.algorithm] =
+        algo::Calibration{f.latency_factor, f.bandwidth_factor, f.corrections};
+  }
+  entries.push_back(e);
+  std::sort(entries.begin(), entries.end(),
+            [](const tune::LinkEntry& a, const tune::LinkEntry& b) { return a.world_size < b.world_size; });
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << tune::tuning_to_json(t);
+    if (!out) base::throw_errno(fmt::format("write {}", tmp), errno);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) base::throw_errno(fmt::format("rename {}", path), errno);
+}
+
+}  // namespace chorus

@@ -1,0 +1,149 @@
+#include "tune/cost_model.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+namespace chorus::tune {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& source, const std::string& why) {
+  base::throw_error(ErrorCode::InvalidArgument, fmt::format("tuning file {}: {}", source, why));
+}
+
+double number(const json& j, const char* key, const std::string& source, double lo, double hi) {
+  if (!j.contains(key) || !j[key].is_number()) bad(source, fmt::format("missing number '{}'", key));
+  double v = j[key].get<double>();
+  if (!(v >= lo) || v > hi) bad(source, fmt::format("'{}' = {} is out of range [{}, {}]", key, v, lo, hi));
+  return v;
+}
+
+}  // namespace
+
+Tuning parse_tuning(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    bad(source, fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object() || !j.contains("chorus_tuning") || j["chorus_tuning"] != 1) {
+    bad(source, "not a chorus tuning file (expected \"chorus_tuning\": 1)");
+  }
+  Tuning t;
+  t.source = source;
+  if (!j.contains("transports") || !j["transports"].is_object()) bad(source, "missing object 'transports'");
+  for (auto& [name, entries] : j["transports"].items()) {
+    if (!entries.is_array()) bad(source, fmt::format("transports.{} must be an array", name));
+    for (const json& e : entries) {
+      if (!e.is_object()) bad(source, fmt::format("transports.{} entries must be objects", name));
+      LinkEntry le;
+      if (!e.contains("world_size") || !e["world_size"].is_number_integer() || e["world_size"].get<int>() < 1) {
+        bad(source, fmt::format("transports.{}: each entry needs an integer world_size >= 1", name));
+      }
+      le.world_size = e["world_size"].get<int>();
+      le.link.alpha = number(e, "alpha_us", source, 0, 1e6) * 1e-6;
+      le.link.overhead = number(e, "overhead_us", source, 0, 1e6) * 1e-6;
+      le.link.beta = number(e, "beta_ns_per_byte", source, 0, 1e6) * 1e-9;
+      le.link.gamma = number(e, "gamma_ns_per_byte", source, 0, 1e6) * 1e-9;
+      if (e.contains("algorithms")) {
+        if (!e["algorithms"].is_object()) bad(source, "'algorithms' must be an object");
+        for (auto& [key, f] : e["algorithms"].items()) {
+          if (!f.is_object()) bad(source, fmt::format("algorithms.{} must be an object", key));
+          algo::Calibration c;
+          c.latency = number(f, "latency", source, 0, 1e6);
+          c.bandwidth = number(f, "bandwidth", source, 0, 1e6);
+          if (f.contains("corrections")) {
+            if (!f["corrections"].is_array()) bad(source, fmt::format("algorithms.{}.corrections must be an array", key));
+            for (const json& pt : f["corrections"]) {
+              if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
+                  pt[0].get<double>() < 1 || !(pt[1].get<double>() > 0) || pt[1].get<double>() > 1e6) {
+                bad(source, fmt::format("algorithms.{}.corrections: each point is [bytes >= 1, ratio > 0]", key));
+              }
+              c.corrections.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+            }
+            std::sort(c.corrections.begin(), c.corrections.end());
+          }
+          le.algorithms[key] = c;
+        }
+      }
+      t.transports[name].push_back(le);
+    }
+  }
+  return t;
+}
+
+Tuning load_tuning_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) bad(path, "cannot be read");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_tuning(ss.str(), path);
+}
+
+std::string tuning_to_json(const Tuning& tuning) {
+  json j;
+  j["chorus_tuning"] = 1;
+  json ts = json::object();
+  for (const auto& [name, entries] : tuning.transports) {
+    json arr = json::array();
+    for (const LinkEntry& e : entries) {
+      json algos = json::object();
+      for (const auto& [key, c] : e.algorithms) {
+        json corr = json::array();
+        for (const auto& [bytes, ratio] : c.corrections) corr.push_back({bytes, ratio});
+        algos[key] = {{"latency", c.latency}, {"bandwidth", c.bandwidth}, {"corrections", corr}};
+      }
+      arr.push_back({{"world_size", e.world_size},
+                     {"alpha_us", e.link.alpha * 1e6},
+                     {"overhead_us", e.link.overhead * 1e6},
+                     {"beta_ns_per_byte", e.link.beta * 1e9},
+                     {"gamma_ns_per_byte", e.link.gamma * 1e9},
+                     {"algorithms", algos}});
+    }
+    ts[name] = arr;
+  }
+  j["transports"] = ts;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+const LinkEntry* nearest(const Tuning& t, std::string_view transport, int world_size) {
+  auto it = t.transports.find(std::string(transport));
+  if (it == t.transports.end() || it->second.empty()) return nullptr;
+  const LinkEntry* best = &it->second.front();
+  for (const LinkEntry& e : it->second) {
+    if (std::abs(e.world_size - world_size) < std::abs(best->world_size - world_size)) best = &e;
+  }
+  return best;
+}
+}  // namespace
+
+const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size) {
+  if (tuning) {
+    if (const LinkEntry* e = nearest(*tuning, transport, world_size)) return *e;
+  }
+  if (const LinkEntry* e = nearest(builtin_tuning(), transport, world_size)) return *e;
+  static const LinkEntry generic;
+  return generic;
+}
+
+std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Collective c) {
+  std::vector<algo::Calibration> out;
+  for (const algo::Algorithm& a : algo::algorithms_for(c)) {
+    auto it = entry.algorithms.find(fmt::format("{}/{}", algo::collective_name(c), a.name));
+    out.push_back(it == entry.algorithms.end() ? algo::Calibration{} : it->second);
+  }
+  return out;
+}
+
+}  // namespace chorus::tune

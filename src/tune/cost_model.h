@@ -1,0 +1,47 @@
+// The cost model's inputs: link figures and per-algorithm calibration, per transport and world size. They
+// come from a tuning file written by chorus-tune (CHORUS_TUNING_FILE), or from the built-in tuning measured
+// on the project's development machine. The formulas themselves live with the algorithms, in
+// src/algo/registry.cc.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algo/registry.h"
+
+namespace chorus::tune {
+
+// Figures measured (or assumed) for one transport at one world size.
+struct LinkEntry {
+  int world_size = 2;
+  algo::LinkModel link;
+  // Keyed "collective/algorithm", e.g. "allreduce/ring". Missing algorithms use {1, 1}.
+  std::map<std::string, algo::Calibration> algorithms;
+};
+
+// The contents of a tuning file: per transport name ("tcp", "inproc"), entries for the world sizes that
+// were measured.
+struct Tuning {
+  std::map<std::string, std::vector<LinkEntry>> transports;
+  std::string source;  // path, or "built-in tuning"
+};
+
+// The tuning that ships with the library (src/tune/builtin_tuning.cc).
+const Tuning& builtin_tuning();
+
+// Reads a tuning file. Throws Error(InvalidArgument) naming the file and the problem.
+Tuning load_tuning_file(const std::string& path);
+Tuning parse_tuning(const std::string& text, const std::string& source);
+// Writes `tuning` as JSON (what load_tuning_file reads).
+std::string tuning_to_json(const Tuning& tuning);
+
+// The entry for `transport` nearest to `world_size` in `tuning`, else in the built-in tuning, else a
+// generic default (never null).
+const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size);
+
+// Calibration for every algorithm of `c` from an entry, in algorithms_for(c) order.
+std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Collective c);
+
+}  // namespace chorus::tune

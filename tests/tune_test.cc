@@ -1,0 +1,142 @@
+// The cost model's inputs: tuning files (read, written, rejected when malformed), calibration, and the
+// effect of a tuning file on the automatic choice.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "subprocess.h"
+#include "test_util.h"
+#include "tune/cost_model.h"
+
+namespace chorus::testing {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return std::string(::testing::TempDir()) + "/" + name + "_" + std::to_string(::getpid()) + ".json";
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(TuningFile, RoundTripsAndPicksTheNearestWorldSize) {
+  tune::Tuning t;
+  t.transports["tcp"] = {{2, {1e-6, 2e-6, 3e-9, 4e-9}, {{"allreduce/ring", {1.5, 0.5}}}},
+                         {8, {5e-6, 6e-6, 7e-9, 8e-9}, {}}};
+  std::string path = temp_path("roundtrip");
+  write_file(path, tune::tuning_to_json(t));
+  tune::Tuning back = tune::load_tuning_file(path);
+  ASSERT_EQ(back.transports.at("tcp").size(), 2u);
+  EXPECT_DOUBLE_EQ(back.transports.at("tcp")[1].link.beta, 7e-9);
+  EXPECT_DOUBLE_EQ(back.transports.at("tcp")[0].algorithms.at("allreduce/ring").latency, 1.5);
+  auto cal = tune::calibration_for(back.transports.at("tcp")[0], algo::Collective::AllReduce);
+  EXPECT_DOUBLE_EQ(cal[0].bandwidth, 0.5);  // ring is first
+  EXPECT_DOUBLE_EQ(cal[1].latency, 1.0);    // tree: not calibrated
+  EXPECT_DOUBLE_EQ(tune::entry_for(&back, "tcp", 3).link.alpha, 1e-6);  // nearest is 2
+  EXPECT_DOUBLE_EQ(tune::entry_for(&back, "tcp", 7).link.alpha, 5e-6);  // nearest is 8
+  // A transport the file lacks falls back to the built-in tuning.
+  EXPECT_DOUBLE_EQ(tune::entry_for(&back, "inproc", 4).link.alpha, tune::entry_for(nullptr, "inproc", 4).link.alpha);
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, MalformedFilesAreClearErrors) {
+  std::string path = temp_path("bad");
+  for (const char* text : {"not json", "{}", R"({"chorus_tuning": 2, "transports": {}})",
+                           R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2}]}})",
+                           R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": -1,
+                               "overhead_us": 1, "beta_ns_per_byte": 1, "gamma_ns_per_byte": 1}]}})"}) {
+    write_file(path, text);
+    try {
+      tune::load_tuning_file(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  std::remove(path.c_str());
+  // A communicator refuses a broken CHORUS_TUNING_FILE at creation rather than guessing.
+  write_file(path, "{");
+  ::setenv("CHORUS_TUNING_FILE", path.c_str(), 1);
+  try {
+    Communicator::create(std::make_shared<MemoryStore>(), 0, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+  }
+  ::unsetenv("CHORUS_TUNING_FILE");
+  std::remove(path.c_str());
+}
+
+// The same calls choose differently under figures that favour latency or bandwidth.
+TEST(TuningFile, FiguresChangeTheAutomaticChoice) {
+  std::string latency_bound = temp_path("latency"), bandwidth_bound = temp_path("bandwidth");
+  auto file = [](double alpha_us, double beta_ns) {
+    return fmt::format(R"({{"chorus_tuning": 1, "transports": {{"inproc": [{{"world_size": 8, "alpha_us": {},
+        "overhead_us": 0.1, "beta_ns_per_byte": {}, "gamma_ns_per_byte": 0.1}}]}}}})",
+                       alpha_us, beta_ns);
+  };
+  write_file(latency_bound, file(1000, 0.001));  // messages are very expensive: few rounds win
+  write_file(bandwidth_bound, file(0.01, 10));   // bytes are very expensive: least traffic wins
+  std::string a, b;
+  ::setenv("CHORUS_TUNING_FILE", latency_bound.c_str(), 1);
+  run_world(8, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() == 0) a = comm.automatic_algorithm("broadcast", 1 << 18, DataType::Float32);
+  });
+  ::setenv("CHORUS_TUNING_FILE", bandwidth_bound.c_str(), 1);
+  run_world(8, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() == 0) b = comm.automatic_algorithm("broadcast", 1 << 18, DataType::Float32);
+  });
+  ::unsetenv("CHORUS_TUNING_FILE");
+  // 1 MiB over 8 ranks: with costly messages the binomial tree's 3 rounds win; with costly bytes the chain,
+  // where every rank sends the data once (the binomial root sends it 3 times).
+  EXPECT_EQ(a, "binomial");
+  EXPECT_EQ(b, "chain");
+  std::remove(latency_bound.c_str());
+  std::remove(bandwidth_bound.c_str());
+}
+
+TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
+  std::string path = temp_path("measured");
+  std::vector<Child> job{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--",
+                                std::string(CHORUS_BIN_DIR) + "/chorus-tune", "-o", path, "--iters", "100"},
+                               {"CHORUS_TRANSPORT=tcp"}, true)};
+  wait_all(job, std::chrono::seconds(120));
+  ASSERT_TRUE(WIFEXITED(job[0].status) && WEXITSTATUS(job[0].status) == 0) << job[0].output;
+  EXPECT_NE(job[0].output.find("alpha_us"), std::string::npos) << job[0].output;
+  tune::Tuning t = tune::load_tuning_file(path);
+  ASSERT_EQ(t.transports.count("tcp"), 1u);
+  const algo::LinkModel& l = t.transports.at("tcp").at(0).link;
+  EXPECT_EQ(t.transports.at("tcp").at(0).world_size, 2);
+  // Loopback on any machine: a hop well under a millisecond, over 100 MB/s, a reduction over 100 MB/s.
+  EXPECT_GT(l.alpha + 2 * l.overhead, 0.0);
+  EXPECT_LT(l.alpha + 2 * l.overhead, 1e-3);
+  EXPECT_GT(l.beta, 0.0);
+  EXPECT_LT(l.beta, 1e-8);
+  EXPECT_GT(l.gamma, 0.0);
+  EXPECT_LT(l.gamma, 1e-8);
+  // A second run for another world size adds an entry instead of replacing the first.
+  std::vector<Child> job3{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "3", "--",
+                                 std::string(CHORUS_BIN_DIR) + "/chorus-tune", "-o", path, "--iters", "100",
+                                 "--no-choices"},
+                                {"CHORUS_TRANSPORT=tcp"}, true)};
+  wait_all(job3, std::chrono::seconds(120));
+  ASSERT_TRUE(WIFEXITED(job3[0].status) && WEXITSTATUS(job3[0].status) == 0) << job3[0].output;
+  EXPECT_EQ(tune::load_tuning_file(path).transports.at("tcp").size(), 2u);
+  std::remove(path.c_str());
+}
+
+TEST(Calibration, NeedsTwoRanks) {
+  run_world(1, CommOptions{}, [](Communicator& comm) {
+    try {
+      calibrate_link(comm);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace chorus::testing

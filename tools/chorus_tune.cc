@@ -1,0 +1,83 @@
+// chorus-tune: measures the cost model's link figures on this machine and transport, writes them to a
+// tuning file (CHORUS_TUNING_FILE loads it), and shows how they change the automatic algorithm choices.
+//
+//   chorus-run -n 2 -- chorus-tune -o tuning.json
+#include <chorus/chorus.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fmt/format.h>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+  CLI::App app{"Measure alpha, overhead, beta and gamma for Chorus's cost model; run under chorus-run -n N (N >= 2)"};
+  std::string output;
+  int iterations = 300;
+  size_t large = size_t{4} << 20;
+  bool show = true;
+  bool algorithms = true;
+  size_t max_bytes = size_t{16} << 20;
+  app.add_option("-o,--output", output, "tuning file to create or update (entries are per transport and world size)");
+  app.add_option("--iters", iterations, "small-message round trips")->check(CLI::Range(20, 1000000));
+  app.add_option("--large-bytes", large, "size of the bandwidth probe")->check(CLI::Range(size_t{65536}, size_t{1} << 30));
+  app.add_flag("!--no-choices", show, "do not print the automatic choices");
+  app.add_flag("!--no-algorithms", algorithms, "only measure the link, do not time and fit every algorithm");
+  app.add_option("--max-bytes", max_bytes, "largest probe when fitting algorithms")
+      ->check(CLI::Range(size_t{4096}, size_t{1} << 30));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    auto comm = chorus::Communicator::from_env();
+    chorus::CalibrationOptions opts;
+    opts.iterations = iterations;
+    opts.large_bytes = large;
+    opts.algorithms = algorithms;
+    opts.max_bytes = max_bytes;
+    chorus::LinkFigures f = chorus::calibrate_link(*comm, opts);
+    const bool lead = comm->rank() == 0;
+    if (lead) {
+      std::printf("# chorus-tune: %s, %d ranks\n", f.transport.c_str(), f.world_size);
+      std::printf("alpha_us %.3f\noverhead_us %.3f\nbeta_ns_per_byte %.4f\ngamma_ns_per_byte %.4f\n", f.alpha_us,
+                  f.overhead_us, f.beta_ns_per_byte, f.gamma_ns_per_byte);
+      for (const auto& a : f.algorithms) {
+        std::printf("fit %-14s %-22s latency x%-7.3f bandwidth x%-7.3f worst error %4.0f%%\n", a.collective.c_str(),
+                    a.algorithm.c_str(), a.latency_factor, a.bandwidth_factor, a.worst_error * 100);
+      }
+      if (!output.empty()) {
+        chorus::update_tuning_file(output, f);
+        std::printf("# wrote %s\n", output.c_str());
+      }
+    }
+    if (!show || output.empty()) return 0;
+
+    // A communicator created now reads the new file: compare its choices with the current ones.
+    comm->barrier();
+    ::setenv("CHORUS_TUNING_FILE", output.c_str(), 1);
+    auto tuned = comm->split(0, comm->rank());
+    if (!lead) return 0;
+    std::printf("# automatic choice per size: before -> with %s (* where it changed)\n", output.c_str());
+    const char* collectives[] = {"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"};
+    std::printf("# %10s", "size");
+    for (const char* c : collectives) std::printf(" %28s", c);
+    std::printf("\n");
+    for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 8) {
+      std::printf("%12zu", bytes);
+      for (const char* c : collectives) {
+        std::string name(c);
+        bool per_block = name == "allgather" || name == "reducescatter" || name == "alltoall";
+        size_t count = std::max<size_t>(1, bytes / 4 / (per_block ? comm->size() : 1));
+        std::string before = comm->automatic_algorithm(name, count, chorus::DataType::Float32);
+        std::string after = tuned->automatic_algorithm(name, count, chorus::DataType::Float32);
+        std::string cell = before == after ? after : before + "->" + after + "*";
+        std::printf(" %28s", cell.c_str());
+      }
+      std::printf("\n");
+    }
+  } catch (const chorus::Error& e) {
+    std::fprintf(stderr, "chorus-tune: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
