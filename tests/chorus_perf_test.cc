@@ -1,5 +1,6 @@
 // chorus-perf, run as a subprocess under chorus-run: the table it prints is parsed and checked against the
 // nccl-tests definitions (sizes, counts, bus-bandwidth factors), and every checked result must be right.
+#include <chorus/communicator.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
@@ -206,7 +208,7 @@ TEST_P(ChorusPerfTable, RowsMatchNcclTestsDefinitionsAndNothingIsWrong) {
   for (size_t k = 0; k < rows.size(); ++k) {
     const std::vector<std::string>& f = rows[k];
     SCOPED_TRACE("row " + std::to_string(k) + " of\n" + r.out);
-    ASSERT_EQ(f.size(), 13u);
+    ASSERT_EQ(f.size(), 14u);  // nccl-tests' 13, then the algorithm
     Expected e = expected_for(coll, sizes[k], c.type, kRanks);
     EXPECT_EQ(f[0], std::to_string(e.bytes));
     EXPECT_EQ(f[1], std::to_string(e.count));
@@ -223,6 +225,7 @@ TEST_P(ChorusPerfTable, RowsMatchNcclTestsDefinitionsAndNothingIsWrong) {
       EXPECT_NEAR(busbw, algbw * factor, 0.005 + 0.005 * factor + 1e-9);
       EXPECT_EQ(f[base + 3], "0") << "#wrong";
     }
+    EXPECT_THAT(chorus::algorithm_names(coll), ::testing::Contains(f[13])) << "the cost model's choice";
   }
   EXPECT_THAT(lines, ::testing::Contains("# Out of bounds values : 0 OK"));
   EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# Avg bus bandwidth    : ")));
@@ -257,7 +260,7 @@ TEST(ChorusPerf, AllTypesAndOpsAreChecked) {
   std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
   ASSERT_EQ(rows.size(), 10u * 5u * 3u) << r.out;  // types x ops x {16, 128, 1024}
   for (const auto& f : rows) {
-    ASSERT_EQ(f.size(), 13u);
+    ASSERT_EQ(f.size(), 14u);
     EXPECT_EQ(f[8], "0") << f[2] << " " << f[3];
     EXPECT_EQ(f[12], "0") << f[2] << " " << f[3];
   }
@@ -276,7 +279,7 @@ TEST(ChorusPerf, EveryRootInTurnWithRootMinusOne) {
   }
 }
 
-TEST(ChorusPerf, NoCheckPrintsNotApplicableAndKeepsThirteenFields) {
+TEST(ChorusPerf, NoCheckPrintsNotApplicable) {
   Result r = run_perf({"allreduce", "-b", "64", "-e", "256", "-i", "64", "-n", "1", "-w", "1", "-c", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::vector<std::string> lines = rank0_lines(r);
@@ -285,7 +288,7 @@ TEST(ChorusPerf, NoCheckPrintsNotApplicableAndKeepsThirteenFields) {
   std::vector<std::vector<std::string>> rows = data_rows(lines);
   ASSERT_EQ(rows.size(), 4u) << r.out;  // 64, 128, 192, 256
   for (const auto& f : rows) {
-    ASSERT_EQ(f.size(), 13u);
+    ASSERT_EQ(f.size(), 14u);
     EXPECT_EQ(f[8], "N/A");
     EXPECT_EQ(f[12], "N/A");
   }
@@ -340,7 +343,13 @@ TEST(ChorusPerf, BadUsageExitsWithTwo) {
       {"allreduce", "-b", "1X"},        // bad size
       {"allreduce", "-b", "2K", "-e", "1K"},
       {"allreduce", "-n", "0"},
-      {"allreduce", "-a", "4"},
+      {"allreduce", "-a", "4"},                           // averaging modes are 0..3
+      {"allreduce", "-a", "2", "--average", "1"},         // two averaging modes
+      {"allreduce", "-a", "tree", "--algo", "ring"},      // two algorithms
+      {"allreduce", "--algo", "tree", "--algos", "all"},  // forcing one and comparing all
+      {"allreduce", "--algos", "ring,,tree"},
+      {"allreduce", "--algo", ""},
+      {"allreduce", "--average", "4"},
       {"allreduce", "--no-such-flag"},
   };
   for (const auto& args : bad) {
@@ -366,5 +375,244 @@ TEST(ChorusPerf, LibraryErrorsNameTheRank) {
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("chorus-perf: rank 1: "));
 }
+
+// ---- choosing the algorithm ----
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+struct ForcedCase {
+  std::string coll;
+  std::string flag;  // -a or --algo
+  std::string algo;
+};
+
+void PrintTo(const ForcedCase& c, std::ostream* os) { *os << c.coll << "_" << c.algo; }
+
+class ChorusPerfForced : public ::testing::TestWithParam<ForcedCase> {};
+
+TEST_P(ChorusPerfForced, EveryRowRanTheForcedAlgorithmAndIsRight) {
+  const ForcedCase& c = GetParam();
+  Result r = run_perf({c.coll, "-b", "8", "-e", "64K", "-f", "4", "-n", "2", "-w", "1", "-c", "1", c.flag, c.algo});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  EXPECT_THAT(lines,
+              ::testing::Contains("# Algorithm: " + c.algo + ", forced on every timed and checked call (CallOptions)"));
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  ASSERT_EQ(rows.size(), 7u) << r.out;
+  for (const auto& f : rows) {
+    ASSERT_EQ(f.size(), 14u) << r.out;
+    EXPECT_EQ(f[8], "0") << "out of place, size " << f[0];
+    EXPECT_EQ(f[12], "0") << "in place, size " << f[0];
+    EXPECT_EQ(f[13], c.algo) << "size " << f[0];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ChorusPerfForced,
+                         ::testing::Values(ForcedCase{"allreduce", "-a", "tree"},                //
+                                           ForcedCase{"allreduce", "--algo", "direct"},          //
+                                           ForcedCase{"allreduce", "-a", "reduce_broadcast"},    //
+                                           ForcedCase{"allgather", "-a", "bruck"},               //
+                                           ForcedCase{"reducescatter", "-a", "pairwise"},        //
+                                           ForcedCase{"broadcast", "--algo", "chain"},           //
+                                           ForcedCase{"reduce", "-a", "reduce_scatter_gather"},  //
+                                           ForcedCase{"alltoall", "-a", "bruck"}),
+                         ::testing::PrintToStringParamName());
+
+TEST(ChorusPerf, DashAWithADigitKeepsMeaningTheAveragingMode) {
+  std::string path = ::testing::TempDir() + "chorus_perf_test_a." + std::to_string(::getpid()) + ".json";
+  auto options_of = [&](const std::vector<std::string>& flags) {
+    std::remove(path.c_str());
+    std::vector<std::string> args{"allreduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "--json", path};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Result r = run_perf(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::ifstream in(path);
+    EXPECT_TRUE(in) << path;
+    return in ? nlohmann::json::parse(in) : nlohmann::json();
+  };
+  nlohmann::json j = options_of({"-a", "2"});  // nccl-tests: the minimum over ranks
+  EXPECT_EQ(j["options"]["average"], 2);
+  EXPECT_EQ(j["options"]["algorithm"], "");
+  EXPECT_THAT(chorus::algorithm_names("allreduce"),
+              ::testing::Contains(j["results"][0]["out_of_place"]["algorithm"].get<std::string>()));
+
+  j = options_of({"--average", "3", "--algo", "ring"});
+  EXPECT_EQ(j["options"]["average"], 3);
+  EXPECT_EQ(j["options"]["algorithm"], "ring");
+  EXPECT_EQ(j["results"][0]["in_place"]["algorithm"], "ring");
+
+  j = options_of({"-a", "0", "-a", "tree"});  // one of each kind
+  EXPECT_EQ(j["options"]["average"], 0);
+  EXPECT_EQ(j["options"]["algorithm"], "tree");
+  std::remove(path.c_str());
+}
+
+TEST(ChorusPerf, UnknownAlgorithmIsAUsageErrorThatListsTheValidNames) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string named, coll;
+  };
+  const std::vector<Case> cases{
+      {{"allreduce", "-a", "nosuch"}, "nosuch", "allreduce"},
+      {{"allgather", "--algo", "tree"}, "tree", "allgather"},  // an all_reduce algorithm only
+      {{"broadcast", "--algos", "binomial,ring"}, "ring", "broadcast"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"-b", "8", "-e", "8"});
+    Result r = run_perf(args);
+    EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr("no algorithm named '" + c.named + "'"));
+    EXPECT_THAT(r.err, HasSubstr("(valid: " + joined(chorus::algorithm_names(c.coll)) + ")"));
+    EXPECT_EQ(r.out.find("# nThread"), std::string::npos) << r.out;
+  }
+}
+
+// ---- --algos: every algorithm side by side ----
+
+// The table's column names: the header line that starts with "# size".
+std::vector<std::string> column_names(const std::vector<std::string>& lines) {
+  for (const std::string& line : lines) {
+    std::vector<std::string> f = fields_of(line);
+    if (f.size() > 1 && f[0] == "#" && f[1] == "size") return {f.begin() + 1, f.end()};
+  }
+  return {};
+}
+
+struct CompareCase {
+  std::string coll;
+  bool traffic = false;
+};
+
+void PrintTo(const CompareCase& c, std::ostream* os) { *os << c.coll << (c.traffic ? "_traffic" : ""); }
+
+class ChorusPerfCompare : public ::testing::TestWithParam<CompareCase> {};
+
+TEST_P(ChorusPerfCompare, OneColumnPerAlgorithmThenTheAutomaticChoice) {
+  const CompareCase& c = GetParam();
+  std::vector<std::string> args{c.coll, "--algos", "all", "-b", "8", "-e", "64K", "-f", "4", "-n", "2", "-w", "1"};
+  if (c.traffic) args.push_back("--traffic");
+  Result r = run_perf(args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  const std::vector<std::string> names = chorus::algorithm_names(c.coll);
+  const size_t n = names.size();
+
+  std::vector<std::string> expected_columns{"size", "count", "type", "redop", "root"};
+  expected_columns.insert(expected_columns.end(), names.begin(), names.end());
+  expected_columns.insert(expected_columns.end(), {"auto", "auto", "auto/best", "fastest", "#wrong"});
+  if (c.traffic) {
+    expected_columns.insert(expected_columns.end(), names.begin(), names.end());
+    expected_columns.push_back("traffic");
+  }
+  EXPECT_EQ(column_names(lines), expected_columns) << r.out;
+
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  ASSERT_EQ(rows.size(), 7u) << r.out;
+  for (const auto& f : rows) {
+    SCOPED_TRACE("size " + f[0] + " of\n" + r.out);
+    ASSERT_EQ(f.size(), expected_columns.size());
+    std::vector<double> times;
+    for (size_t i = 0; i < n; ++i) times.push_back(std::stod(f[5 + i]));
+    double auto_time = std::stod(f[5 + n]), ratio = std::stod(f[7 + n]);
+    double best = *std::min_element(times.begin(), times.end());
+    EXPECT_GT(best, 0);
+    EXPECT_THAT(names, ::testing::Contains(f[6 + n])) << "auto";
+    // Times are printed to 2 decimals (1 from 100 us, none from 10 ms), the ratio to 2 decimals.
+    auto half_unit = [](double t) { return t >= 10000 ? 0.5 : t >= 100 ? 0.05 : 0.005; };
+    double slack = ratio * (half_unit(auto_time) / auto_time + half_unit(best) / best) * 1.01 + 0.005 + 1e-9;
+    EXPECT_NEAR(ratio, auto_time / best, slack);
+    auto fastest = std::find(names.begin(), names.end(), f[8 + n]);
+    ASSERT_NE(fastest, names.end()) << "fastest";
+    EXPECT_EQ(times[static_cast<size_t>(fastest - names.begin())], best);
+    EXPECT_EQ(f[9 + n], "0") << "#wrong over every algorithm";
+    if (c.traffic) {
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(f[10 + n + i].find('!'), std::string::npos) << names[i];
+      EXPECT_EQ(f.back(), "yes");
+      // allgather ring: every rank sends the N - 1 blocks it does not own once.
+      size_t ring = static_cast<size_t>(std::find(names.begin(), names.end(), "ring") - names.begin());
+      if (c.coll == "allgather") {
+        EXPECT_EQ(f[10 + n + ring], std::to_string((kRanks - 1) * std::stoull(f[1]) * 4));
+      }
+    }
+  }
+  EXPECT_THAT(lines, ::testing::Contains("# Fastest algorithm by size (sizes in bytes, K = 1024):"));
+  for (const std::string& name : names)
+    EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("#   " + name + " "))) << r.out;
+  EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# Crossovers: ")));
+  EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# auto/best: worst ")));
+  EXPECT_THAT(lines, ::testing::Contains("# Out of bounds values : 0 OK"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, ChorusPerfCompare,
+                         ::testing::Values(CompareCase{"allreduce"}, CompareCase{"allgather"},
+                                           CompareCase{"allgather", true}),
+                         ::testing::PrintToStringParamName());
+
+TEST(ChorusPerf, AlgosTakesAListInItsOrderWithoutRepeats) {
+  Result r = run_perf(
+      {"allreduce", "--algos", "tree,ring,tree", "-b", "1K", "-e", "4K", "-f", "4", "-n", "1", "-w", "0", "-c", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  std::vector<std::string> columns = column_names(lines);
+  ASSERT_GE(columns.size(), 7u) << r.out;
+  EXPECT_EQ(columns[5], "tree");
+  EXPECT_EQ(columns[6], "ring");
+  EXPECT_EQ(columns[7], "auto");
+  for (const auto& f : data_rows(lines)) {
+    ASSERT_EQ(f.size(), 12u);
+    EXPECT_EQ(f[11], "N/A");  // #wrong without checking
+  }
+}
+
+// ---- --traffic: measured bytes against the algorithm's formula ----
+
+struct TrafficCase {
+  std::string coll, algo;
+};
+
+void PrintTo(const TrafficCase& c, std::ostream* os) { *os << c.coll << "_" << c.algo; }
+
+class ChorusPerfTraffic : public ::testing::TestWithParam<TrafficCase> {};
+
+TEST_P(ChorusPerfTraffic, MeasuredBytesSentEqualThePrediction) {
+  const TrafficCase& c = GetParam();
+  Result r = run_perf({c.coll, "-a", c.algo, "--traffic", "-b", "8", "-e", "64K", "-f", "4", "-n", "2", "-w", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  EXPECT_THAT(lines, ::testing::Contains(HasSubstr("the last timed out-of-place call")));
+  std::vector<std::string> columns = column_names(lines);
+  ASSERT_EQ(columns.size(), 17u) << r.out;
+  EXPECT_EQ(columns[13], "algo");
+  EXPECT_EQ(columns[14], "sent");
+  EXPECT_EQ(columns[15], "predicted");
+  EXPECT_EQ(columns[16], "ok");
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  ASSERT_EQ(rows.size(), 7u) << r.out;
+  for (const auto& f : rows) {
+    SCOPED_TRACE("size " + f[0] + " of\n" + r.out);
+    ASSERT_EQ(f.size(), 17u);
+    EXPECT_EQ(f[13], c.algo);
+    EXPECT_EQ(f[14], f[15]) << "measured, predicted";
+    EXPECT_EQ(f[16], "yes");
+    size_t count = std::stoull(f[1]);
+    if (count >= kRanks) {
+      EXPECT_GT(std::stoull(f[14]), 0u);
+    }
+    if (c.coll == "allgather") {  // ring and Bruck both send the N - 1 blocks a rank does not own, once each
+      EXPECT_EQ(f[14], std::to_string((kRanks - 1) * count * 4));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ChorusPerfTraffic,
+                         ::testing::Values(TrafficCase{"allreduce", "ring"}, TrafficCase{"allreduce", "tree"},
+                                           TrafficCase{"allreduce", "direct"}, TrafficCase{"allgather", "bruck"},
+                                           TrafficCase{"allgather", "ring"}),
+                         ::testing::PrintToStringParamName());
 
 }  // namespace

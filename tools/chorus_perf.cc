@@ -25,6 +25,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -130,6 +131,9 @@ struct Options {
   std::vector<ReduceOp> ops;
   double timeout_s = 0;  // 0: the library's default
   std::string json_path;
+  std::string algorithm;             // -a NAME / --algo: forced on every call; empty: the library's choice
+  std::vector<std::string> compare;  // --algos: the algorithms to time side by side; empty: the nccl-tests table
+  bool traffic = false;              // --traffic: bytes sent, measured against the algorithm's formula
 };
 
 // nccl-tests' order for "-d all" and "-o all".
@@ -208,10 +212,35 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("-o,--op", op_text, "sum, prod, min, max, avg, or all")->capture_default_str();
   app.add_option("-r,--root", o.root, "Root of broadcast and reduce (-1: every rank in turn)")->capture_default_str();
-  app.add_option("-a,--average", o.average,
-                 "Time reported across ranks: 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum")
-      ->check(CLI::Range(0, 3))
-      ->capture_default_str();
+  // nccl-tests spells its averaging mode -a; Chorus also wants -a for the algorithm. A value 0..3 keeps the
+  // nccl-tests meaning (no algorithm is named by a number); anything else names an algorithm.
+  std::vector<std::string> a_values;
+  std::string algos_text;
+  app.add_option("-a", a_values,
+                 "0..3: the averaging mode, as --average (nccl-tests' -a); otherwise an "
+                 "algorithm name, as --algo")
+      ->type_name("N|ALGO")
+      ->allow_extra_args(false)
+      ->take_all();
+  CLI::Option* average_opt =
+      app.add_option("--average", o.average,
+                     "Time reported across ranks: 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum")
+          ->type_name("N")
+          ->check(CLI::Range(0, 3))
+          ->capture_default_str();
+  CLI::Option* algo_opt =
+      app.add_option("--algo", o.algorithm,
+                     "Run this algorithm on every call (default: the library's choice, CHORUS_ALGO or the cost "
+                     "model); the last column shows what ran")
+          ->type_name("ALGO");
+  CLI::Option* algos_opt =
+      app.add_option("--algos", algos_text,
+                     "Time these algorithms side by side, out of place, in one table with the automatic choice: "
+                     "'all' or a comma-separated list (ring,tree)")
+          ->type_name("all|LIST");
+  app.add_flag("--traffic", o.traffic,
+               "Add bytes sent per rank, measured and as the algorithm's formula predicts (max over ranks), "
+               "and whether they agree on every rank");
   app.add_option("-T,--timeout", o.timeout_s, "Bound on every collective, in seconds (default: the library's)")
       ->type_name("SECONDS")
       ->check(CLI::PositiveNumber);
@@ -219,7 +248,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.footer(
       "Exit status: 0 success, 1 wrong results or a Chorus error, 2 bad usage.\n"
       "Columns: size (B) and count (elements) as nccl-tests defines them per collective; time in us per\n"
-      "collective; algbw = size / time and busbw = algbw * factor in GB/s (1e9); #wrong summed over ranks.");
+      "collective; algbw = size / time and busbw = algbw * factor in GB/s (1e9); #wrong summed over ranks;\n"
+      "then the algorithm that ran, and with --traffic: sent, predicted, ok.\n"
+      "--algos prints one table instead: a time per algorithm, auto's time and name, auto/best, the fastest\n"
+      "algorithm and #wrong (with --traffic: bytes sent per algorithm and ok), then a summary of crossovers.");
   try {
     app.parse(argc, argv);
     o.coll = find_coll(lowercase(coll_name));
@@ -256,6 +288,44 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       throw CLI::ValidationError("--op", "unknown reduction '" + op_text + "'");
     }
     if (o.root < -1) throw CLI::ValidationError("--root", "must be a rank, or -1 for every rank in turn");
+    // -a may come twice, once with each meaning (-a 2 -a tree).
+    bool average_given = average_opt->count() > 0, algo_given = algo_opt->count() > 0;
+    for (const std::string& a : a_values) {
+      size_t sign = a.starts_with('-') ? 1 : 0;
+      bool numeric = a.size() > sign && a.find_first_not_of("0123456789", sign) == std::string::npos;
+      if (numeric) {
+        if (average_given) throw CLI::ValidationError("-a", a + ": the averaging mode is given twice");
+        int mode = std::atoi(a.c_str());
+        if (a.size() > 2 || mode < 0 || mode > 3) {
+          throw CLI::ValidationError("-a", "averaging mode " + a +
+                                               " is not 0..3 (0 rank 0, 1 average, 2 minimum, 3 maximum); "
+                                               "an algorithm name is never a number");
+        }
+        o.average = mode;
+        average_given = true;
+      } else {
+        if (algo_given) throw CLI::ValidationError("-a", a + ": the algorithm is given twice (--algo or -a)");
+        o.algorithm = a;
+        algo_given = true;
+      }
+    }
+    if (algo_given && o.algorithm.empty()) throw CLI::ValidationError("--algo", "the algorithm name is empty");
+    if (algos_opt->count() > 0) {
+      if (algo_given) {
+        throw CLI::ValidationError(
+            "--algos", fmt::format("times every listed algorithm; it cannot be combined with forcing {}", o.algorithm));
+      }
+      for (size_t start = 0; start <= algos_text.size();) {
+        size_t comma = std::min(algos_text.find(',', start), algos_text.size());
+        std::string name = algos_text.substr(start, comma - start);
+        start = comma + 1;
+        if (name.empty()) throw CLI::ValidationError("--algos", "empty name in '" + algos_text + "'");
+        std::vector<std::string> names{name};
+        if (lowercase(name) == "all") names = chorus::algorithm_names(o.coll->name);
+        for (std::string& n : names)
+          if (std::find(o.compare.begin(), o.compare.end(), n) == o.compare.end()) o.compare.push_back(n);
+      }
+    }
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kUsageError;
   }
@@ -464,6 +534,12 @@ struct Measurement {
   double algbw = 0;
   double busbw = 0;
   std::optional<int64_t> wrong;  // summed over ranks; empty when not checked
+  std::string algorithm;         // what ran in the timed calls (Communicator::last_operation)
+  // --traffic, of the last timed call: payload bytes one rank sent, measured and as the algorithm's formula
+  // predicts (each the maximum over ranks), and whether the two were equal on every rank.
+  uint64_t sent = 0;
+  uint64_t predicted = 0;
+  bool traffic_ok = true;
 };
 
 struct Row {
@@ -475,26 +551,255 @@ struct Row {
   Measurement out_of_place, in_place;
 };
 
+// --algos: one size, out of place, every compared algorithm forced in turn and then the library's choice.
+struct CompareRow {
+  size_t bytes = 0;
+  size_t count = 0;
+  DataType type{};
+  std::string redop;
+  int root = -1;
+  std::vector<Measurement> forced;  // in the order of the compared names
+  Measurement automatic;
+
+  size_t fastest() const {
+    auto faster = [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; };
+    return static_cast<size_t>(std::min_element(forced.begin(), forced.end(), faster) - forced.begin());
+  }
+  double auto_over_best() const { return automatic.time_us / forced[fastest()].time_us; }
+  std::optional<int64_t> wrong() const {
+    if (!automatic.wrong) return std::nullopt;
+    int64_t sum = *automatic.wrong;
+    for (const Measurement& m : forced) sum += m.wrong.value_or(0);
+    return sum;
+  }
+  bool traffic_ok() const {
+    return std::all_of(forced.begin(), forced.end(), [](const Measurement& m) { return m.traffic_ok; });
+  }
+};
+
 std::string format_time(double us) {
   if (us >= 10000.0) return fmt::format("{:7.0f}", us);
   if (us >= 100.0) return fmt::format("{:7.1f}", us);
   return fmt::format("{:7.2f}", us);
 }
 
-std::string format_row(const Row& r) {
-  std::string line =
-      fmt::format("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", r.bytes, r.count, chorus::to_string(r.type), r.redop, r.root);
-  for (const Measurement* m : {&r.out_of_place, &r.in_place}) {
-    line += fmt::format("  {}  {:6.2f}  {:6.2f}  {:>6}", format_time(m->time_us), m->algbw, m->busbw,
-                        m->wrong ? std::to_string(*m->wrong) : std::string("N/A"));
+std::string format_wrong(const std::optional<int64_t>& wrong) {
+  return wrong ? std::to_string(*wrong) : std::string("N/A");
+}
+
+// "8", "1020", "2K", "1M": bytes, with a binary suffix where it is exact.
+std::string short_size(size_t bytes) {
+  for (auto [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}}) {
+    size_t unit = size_t{1} << shift;
+    if (bytes >= unit && bytes % unit == 0) return fmt::format("{}{}", bytes / unit, suffix);
   }
-  return line;
+  return std::to_string(bytes);
 }
 
 std::string rtrim(std::string s) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
+
+// The columns every table starts with: size, count, type, redop, root (nccl-tests' widths).
+constexpr std::string_view kLeadColumns = "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}";
+constexpr std::string_view kLeadHeader = "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}";
+
+template <class R>
+std::string lead_columns(const R& r) {
+  return fmt::format(kLeadColumns, r.bytes, r.count, chorus::to_string(r.type), r.redop, r.root);
+}
+
+// The widest name among `names` and `floor`, for a column that holds them.
+size_t name_width(const std::vector<std::string>& names, size_t floor) {
+  for (const std::string& n : names) floor = std::max(floor, n.size());
+  return floor;
+}
+
+// ---- the nccl-tests table: fields 1-13 as nccl-tests prints them, 14 the algorithm, 15-17 with --traffic ----
+
+class PerfTable {
+ public:
+  explicit PerfTable(const Options& o) : o_(o), algo_width_(name_width(chorus::algorithm_names(o.coll->name), 4)) {}
+
+  void print_header() const {
+    std::string title = fmt::format(kLeadHeader, "", "", "", "", "") +
+                        "           out-of-place                       in-place          ";
+    std::string names = fmt::format(kLeadHeader, "size", "count", "type", "redop", "root");
+    std::string units = fmt::format(kLeadHeader, "(B)", "(elements)", "", "", "");
+    for (int i = 0; i < 2; ++i) {
+      names += fmt::format("  {:>7}  {:>6}  {:>6}  {:>6}", "time", "algbw", "busbw", "#wrong");
+      units += fmt::format("  {:>7}  {:>6}  {:>6}  {:>6}", "(us)", "(GB/s)", "(GB/s)", "");
+    }
+    names += fmt::format("  {:<{}}", "algo", algo_width_);
+    units += fmt::format("  {:<{}}", "", algo_width_);
+    if (o_.traffic) {
+      title += fmt::format("  {:<{}}{:^34}", "", algo_width_, "  traffic (out of place)");
+      names += fmt::format("  {:>12}  {:>12}  {:>4}", "sent", "predicted", "ok");
+      units += fmt::format("  {:>12}  {:>12}  {:>4}", "(B)", "(B)", "");
+    }
+    fmt::print("{}\n{}\n{}\n", rtrim(title), rtrim(names), rtrim(units));
+  }
+
+  std::string format(const Row& r) const {
+    std::string line = lead_columns(r);
+    for (const Measurement* m : {&r.out_of_place, &r.in_place}) {
+      line += fmt::format("  {}  {:6.2f}  {:6.2f}  {:>6}", format_time(m->time_us), m->algbw, m->busbw,
+                          format_wrong(m->wrong));
+    }
+    // The choice depends on the size only, so both halves of a row normally ran the same algorithm.
+    std::string algo = r.out_of_place.algorithm;
+    if (r.in_place.algorithm != algo) algo += "/" + r.in_place.algorithm;
+    if (!o_.traffic) return line + "  " + algo;
+    const Measurement& m = r.out_of_place;
+    return line + fmt::format("  {:<{}}  {:>12}  {:>12}  {:>4}", algo, algo_width_, m.sent, m.predicted,
+                              m.traffic_ok ? "yes" : "no");
+  }
+
+ private:
+  const Options& o_;
+  size_t algo_width_;
+};
+
+// ---- the --algos table: one time column per algorithm, then the automatic choice ----
+
+class CompareTable {
+ public:
+  // `names`: the compared algorithms, as the library spells them.
+  CompareTable(const Options& o, std::vector<std::string> names)
+      : o_(o), names_(std::move(names)), name_width_(name_width(chorus::algorithm_names(o.coll->name), 7)) {
+    for (const std::string& n : names_) time_width_.push_back(std::max<size_t>(9, n.size()));
+    for (const std::string& n : names_) sent_width_.push_back(std::max<size_t>(10, n.size()));
+  }
+
+  void print_header() const {
+    std::string names = fmt::format(kLeadHeader, "size", "count", "type", "redop", "root");
+    std::string units = fmt::format(kLeadHeader, "(B)", "(elements)", "", "", "");
+    std::string title = fmt::format(kLeadHeader, "", "", "", "", "");
+    size_t times = 0;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      names += fmt::format("  {:>{}}", names_[i], time_width_[i]);
+      units += fmt::format("  {:>{}}", "(us)", time_width_[i]);
+      times += 2 + time_width_[i];
+    }
+    names += fmt::format("  {:>9}  {:>{}}  {:>9}  {:>{}}  {:>6}", "auto", "auto", name_width_, "auto/best", "fastest",
+                         name_width_, "#wrong");
+    units +=
+        fmt::format("  {:>9}  {:>{}}  {:>9}  {:>{}}  {:>6}", "(us)", "(algo)", name_width_, "", "", name_width_, "");
+    title += fmt::format("{:^{}}", "  time per call, forced", times);
+    title += fmt::format("{:^{}}", "  automatic choice", 2 + 9 + 2 + name_width_ + 2 + 9);
+    if (o_.traffic) {
+      size_t sent = 0;
+      for (size_t i = 0; i < names_.size(); ++i) {
+        names += fmt::format("  {:>{}}", names_[i], sent_width_[i]);
+        units += fmt::format("  {:>{}}", "(B)", sent_width_[i]);
+        sent += 2 + sent_width_[i];
+      }
+      names += fmt::format("  {:>7}", "traffic");
+      units += fmt::format("  {:>7}", "ok");
+      title += fmt::format("{:{}}{:^{}}", "", 2 + name_width_ + 2 + 6, "  bytes sent per rank, forced", sent);
+    }
+    fmt::print("{}\n{}\n{}\n", rtrim(title), rtrim(names), rtrim(units));
+  }
+
+  std::string format(const CompareRow& r) const {
+    std::string line = lead_columns(r);
+    for (size_t i = 0; i < names_.size(); ++i)
+      line += fmt::format("  {:>{}}", rtrim_left(format_time(r.forced[i].time_us)), time_width_[i]);
+    line += fmt::format("  {:>9}  {:>{}}  {:>9.2f}  {:>{}}  {:>6}", rtrim_left(format_time(r.automatic.time_us)),
+                        r.automatic.algorithm, name_width_, r.auto_over_best(), names_[r.fastest()], name_width_,
+                        format_wrong(r.wrong()));
+    if (o_.traffic) {
+      // Measured bytes; "measured/predicted!" where the formula disagrees on some rank.
+      for (size_t i = 0; i < names_.size(); ++i) {
+        const Measurement& m = r.forced[i];
+        std::string cell = m.traffic_ok ? std::to_string(m.sent) : fmt::format("{}/{}!", m.sent, m.predicted);
+        line += fmt::format("  {:>{}}", cell, sent_width_[i]);
+      }
+      line += fmt::format("  {:>7}", r.traffic_ok() ? "yes" : "no");
+    }
+    return line;
+  }
+
+  // For each (type, redop, root): which algorithm was fastest at which sizes, where the lead changes hands,
+  // and how far the automatic choice was from the fastest.
+  void print_summary(const std::vector<CompareRow>& rows) const {
+    for (size_t begin = 0; begin < rows.size();) {
+      size_t end = begin;
+      while (end < rows.size() && rows[end].type == rows[begin].type && rows[end].redop == rows[begin].redop &&
+             rows[end].root == rows[begin].root)
+        ++end;
+      bool several = begin != 0 || end != rows.size();
+      std::string what;
+      if (several) {
+        const CompareRow& r = rows[begin];
+        what = fmt::format(" for {}{}{}", chorus::to_string(r.type), r.redop == "none" ? "" : " " + r.redop,
+                           r.root >= 0 ? fmt::format(" root {}", r.root) : "");
+      }
+      summarize(std::span(rows).subspan(begin, end - begin), what);
+      begin = end;
+    }
+  }
+
+ private:
+  static std::string rtrim_left(std::string s) {
+    s.erase(0, s.find_first_not_of(' '));
+    return s;
+  }
+
+  void summarize(std::span<const CompareRow> all_rows, const std::string& what) const {
+    // Empty calls (nccl-tests prints them for counts below the world size) have no fastest algorithm.
+    std::vector<CompareRow> rows;
+    for (const CompareRow& r : all_rows)
+      if (r.bytes > 0) rows.push_back(r);
+    if (rows.empty()) return;
+    // Runs of consecutive sizes with the same fastest algorithm.
+    struct Run {
+      size_t algo, first, last;  // row indices
+    };
+    std::vector<Run> runs;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      size_t f = rows[k].fastest();
+      if (!runs.empty() && runs.back().algo == f) {
+        runs.back().last = k;
+      } else {
+        runs.push_back({f, k, k});
+      }
+    }
+    auto span_text = [&](const Run& run) {
+      return run.first == run.last ? short_size(rows[run.first].bytes)
+                                   : short_size(rows[run.first].bytes) + ".." + short_size(rows[run.last].bytes);
+    };
+    fmt::print("#\n# Fastest algorithm by size{} (sizes in bytes, K = 1024):\n", what);
+    for (size_t a = 0; a < names_.size(); ++a) {
+      std::string sizes;
+      for (const Run& run : runs)
+        if (run.algo == a) sizes += (sizes.empty() ? "" : ", ") + span_text(run);
+      fmt::print("#   {:<{}}  {}\n", names_[a], name_width_, sizes.empty() ? "never" : sizes);
+    }
+    std::string order;
+    for (const Run& run : runs) order += (order.empty() ? "" : " -> ") + names_[run.algo] + " (" + span_text(run) + ")";
+    fmt::print("# Crossovers: {}\n", order);
+
+    size_t worst = 0;
+    double log_sum = 0;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (rows[k].auto_over_best() > rows[worst].auto_over_best()) worst = k;
+      log_sum += std::log(rows[k].auto_over_best());
+    }
+    const CompareRow& w = rows[worst];
+    fmt::print("# auto/best: worst {:.2f} at {} (auto ran {} in {} us, fastest {} in {} us); geometric mean {:.2f}\n",
+               w.auto_over_best(), short_size(w.bytes), w.automatic.algorithm,
+               rtrim_left(format_time(w.automatic.time_us)), names_[w.fastest()],
+               rtrim_left(format_time(w.forced[w.fastest()].time_us)),
+               std::exp(log_sum / static_cast<double>(rows.size())));
+  }
+
+  const Options& o_;
+  std::vector<std::string> names_;
+  size_t name_width_;
+  std::vector<size_t> time_width_, sent_width_;
+};
 
 class Bench {
  public:
@@ -508,10 +813,20 @@ class Bench {
         recv_(allocate(buffer_bytes_)),
         expected_(o.check > 0 ? allocate(buffer_bytes_) : nullptr) {}
 
-  // Runs every (type, op, root) combination; returns the rows (filled on every rank, printed by the caller
-  // as they come through `on_row`).
-  template <class OnRow>
-  void run(const OnRow& on_row) {
+  // Checks the algorithm names of the options on one empty call each (collectively): a name the collective
+  // does not have throws the library's Error(InvalidArgument), which lists the valid ones. Keeps the names
+  // as the library spells them.
+  void resolve_algorithms() {
+    if (!o_.algorithm.empty()) algorithm_ = probe(o_.algorithm);
+    for (const std::string& name : o_.compare) compare_.push_back(probe(name));
+  }
+  const std::string& algorithm() const { return algorithm_; }
+  const std::vector<std::string>& compared() const { return compare_; }
+
+  // Runs every (type, op, root) combination. Each finished row goes to `on_row` (the nccl-tests table) or,
+  // with --algos, to `on_compare_row`, on every rank.
+  template <class OnRow, class OnCompareRow>
+  void run(const OnRow& on_row, const OnCompareRow& on_compare_row) {
     for (DataType type : o_.types) {
       for (ReduceOp op : o_.ops) {
         std::vector<int> roots{-1};
@@ -523,7 +838,15 @@ class Bench {
             for (int r = 0; r < nranks_; ++r) roots.push_back(r);
           }
         }
-        for (int root : roots) dispatch(type, [&]<class T>() { time_test<T>(type, op, root, on_row); });
+        for (int root : roots) {
+          dispatch(type, [&]<class T>() {
+            if (compare_.empty()) {
+              time_test<T>(type, op, root, on_row);
+            } else {
+              compare_test<T>(type, op, root, on_compare_row);
+            }
+          });
+        }
       }
     }
   }
@@ -568,36 +891,76 @@ class Bench {
     }
   }
 
-  // nccl-tests' TimeTest: warm up at the largest and the smallest size, then measure every size out of
-  // place and in place.
-  template <class T, class OnRow>
-  void time_test(DataType type, ReduceOp op, int root, const OnRow& on_row) {
-    constexpr size_t ts = sizeof(T);
-    comm_.barrier();
-    for (size_t bytes : {o_.max_bytes, o_.min_bytes}) {
-      Layout l = layout_for(o_.coll->coll, bytes / ts, nranks_);
-      for (int iter = 0; iter < o_.warmup; ++iter) launch(l, type, op, root, false, ts, iter);
-    }
+  std::string probe(const std::string& name) {
+    const int root = o_.root >= 0 ? o_.root : 0;
+    launch(Layout{}, o_.types.front(), o_.ops.front(), root, false, chorus::dtype_size(o_.types.front()), 0, name);
+    return comm_.last_operation().algorithm;
+  }
+
+  template <class F>
+  void for_each_size(size_t ts, const F& body) {
     for (size_t size = o_.min_bytes; size <= o_.max_bytes;) {
       Layout l = layout_for(o_.coll->coll, size / ts, nranks_);
-      Row row;
-      row.bytes = l.bytes(ts);
-      row.count = l.param;
-      row.type = type;
-      row.redop = o_.coll->reduces ? std::string(chorus::to_string(op)) : "none";
-      row.root = root;
-      row.out_of_place = bench_time<T>(l, type, op, root, false);
-      row.in_place = bench_time<T>(l, type, op, root, true);
-      on_row(row);
+      body(l);
       size_t next = o_.step_factor > 1 ? size * o_.step_factor : size + o_.step_bytes;
       if (next <= size) break;  // -b 0 with a factor, or overflow
       size = next;
     }
   }
 
-  // One collective on the buffers of layout l. Successive iterations move through the buffers (as
-  // nccl-tests does) so that small sizes are not measured from a warm cache only.
-  void launch(const Layout& l, DataType type, ReduceOp op, int root, bool in_place, size_t ts, int iter) {
+  template <class R>
+  R row_for(const Layout& l, size_t ts, DataType type, ReduceOp op, int root) const {
+    R row;
+    row.bytes = l.bytes(ts);
+    row.count = l.param;
+    row.type = type;
+    row.redop = o_.coll->reduces ? std::string(chorus::to_string(op)) : "none";
+    row.root = root;
+    return row;
+  }
+
+  void warm_up(DataType type, ReduceOp op, int root, size_t ts, std::string_view algorithm) {
+    for (size_t bytes : {o_.max_bytes, o_.min_bytes}) {
+      Layout l = layout_for(o_.coll->coll, bytes / ts, nranks_);
+      for (int iter = 0; iter < o_.warmup; ++iter) launch(l, type, op, root, false, ts, iter, algorithm);
+    }
+  }
+
+  // nccl-tests' TimeTest: warm up at the largest and the smallest size, then measure every size out of
+  // place and in place.
+  template <class T, class OnRow>
+  void time_test(DataType type, ReduceOp op, int root, const OnRow& on_row) {
+    constexpr size_t ts = sizeof(T);
+    comm_.barrier();
+    warm_up(type, op, root, ts, algorithm_);
+    for_each_size(ts, [&](const Layout& l) {
+      Row row = row_for<Row>(l, ts, type, op, root);
+      row.out_of_place = bench_time<T>(l, type, op, root, false, algorithm_);
+      row.in_place = bench_time<T>(l, type, op, root, true, algorithm_);
+      on_row(row);
+    });
+  }
+
+  // --algos: every size out of place under each compared algorithm, then under the library's choice.
+  template <class T, class OnRow>
+  void compare_test(DataType type, ReduceOp op, int root, const OnRow& on_row) {
+    constexpr size_t ts = sizeof(T);
+    comm_.barrier();
+    for (const std::string& name : compare_) warm_up(type, op, root, ts, name);
+    warm_up(type, op, root, ts, {});
+    for_each_size(ts, [&](const Layout& l) {
+      CompareRow row = row_for<CompareRow>(l, ts, type, op, root);
+      for (const std::string& name : compare_) row.forced.push_back(bench_time<T>(l, type, op, root, false, name));
+      row.automatic = bench_time<T>(l, type, op, root, false, {});
+      on_row(row);
+    });
+  }
+
+  // One collective on the buffers of layout l, under `algorithm` (empty: the library's choice). Successive
+  // iterations move through the buffers (as nccl-tests does) so that small sizes are not measured from a
+  // warm cache only.
+  void launch(const Layout& l, DataType type, ReduceOp op, int root, bool in_place, size_t ts, int iter,
+              std::string_view algorithm) {
     size_t total = l.bytes(ts);
     size_t steps = total ? buffer_bytes_ / total : 1;
     size_t shift = steps ? total * (static_cast<size_t>(iter) % steps) : 0;
@@ -607,56 +970,69 @@ class Bench {
       send = recv + l.send_inplace * static_cast<size_t>(rank_) * ts;
       recv = recv + l.recv_inplace * static_cast<size_t>(rank_) * ts;
     }
+    const chorus::CallOptions call{algorithm};
     switch (o_.coll->coll) {
       case Coll::AllReduce:
-        comm_.all_reduce(send, recv, l.param, type, op);
+        comm_.all_reduce(send, recv, l.param, type, op, call);
         break;
       case Coll::AllGather:
-        comm_.all_gather(send, recv, l.param, type);
+        comm_.all_gather(send, recv, l.param, type, call);
         break;
       case Coll::ReduceScatter:
-        comm_.reduce_scatter(send, recv, l.param, type, op);
+        comm_.reduce_scatter(send, recv, l.param, type, op, call);
         break;
       case Coll::Broadcast:
-        comm_.broadcast(send, recv, l.param, type, root);
+        comm_.broadcast(send, recv, l.param, type, root, call);
         break;
       case Coll::Reduce:
-        comm_.reduce(send, recv, l.param, type, op, root);
+        comm_.reduce(send, recv, l.param, type, op, root, call);
         break;
       case Coll::AllToAll:
-        comm_.all_to_all(send, recv, l.param, type);
+        comm_.all_to_all(send, recv, l.param, type, call);
         break;
     }
   }
 
   // nccl-tests' BenchTime.
   template <class T>
-  Measurement bench_time(const Layout& l, DataType type, ReduceOp op, int root, bool in_place) {
+  Measurement bench_time(const Layout& l, DataType type, ReduceOp op, int root, bool in_place,
+                         std::string_view algorithm) {
     constexpr size_t ts = sizeof(T);
     Pattern pattern = Pattern::make_for<T>(o_.coll->coll, op, nranks_);
     if (o_.check > 0) fill_input<T>(l, pattern, in_place, /*iter=*/-1);
-    launch(l, type, op, root, in_place, ts, 0);
+    launch(l, type, op, root, in_place, ts, 0, algorithm);
     comm_.barrier();
 
     auto start = std::chrono::steady_clock::now();
     for (int iter = 0; iter < o_.iters; ++iter) {
-      for (int a = 0; a < o_.agg; ++a) launch(l, type, op, root, in_place, ts, iter * o_.agg + a);
+      for (int a = 0; a < o_.agg; ++a) launch(l, type, op, root, in_place, ts, iter * o_.agg + a, algorithm);
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                      (static_cast<double>(o_.iters) * o_.agg);
+    // The last timed call, before the collectives below replace it.
+    const chorus::OperationInfo last = comm_.last_operation();
     seconds = combine_time(seconds);
 
     Measurement m;
     m.time_us = seconds * 1e6;
     m.algbw = static_cast<double>(l.bytes(ts)) / 1e9 / seconds;
     m.busbw = m.algbw * bus_factor(o_.coll->coll, nranks_);
+    m.algorithm = last.algorithm;
     busbw_sum_ += m.busbw;
     ++results_;
+
+    if (o_.traffic) {
+      uint64_t t[3] = {last.bytes_sent, last.predicted_sent, last.bytes_sent != last.predicted_sent ? 1u : 0u};
+      comm_.all_reduce(t, t, 3, DataType::UInt64, ReduceOp::Max);
+      m.sent = t[0];
+      m.predicted = t[1];
+      m.traffic_ok = t[2] == 0;
+    }
 
     if (o_.check > 0) {
       int64_t wrong = 0;
       for (int c = 0; c < o_.check; ++c) {
-        int64_t local = check_once<T>(l, pattern, type, op, root, in_place, check_rep_ * o_.check + c);
+        int64_t local = check_once<T>(l, pattern, type, op, root, in_place, check_rep_ * o_.check + c, algorithm);
         if (local) ++failed_tests_;
         wrong = local;
         comm_.all_reduce(&wrong, &wrong, 1, DataType::Int64, ReduceOp::Sum);
@@ -700,7 +1076,7 @@ class Bench {
   // from the reference.
   template <class T>
   int64_t check_once(const Layout& l, const Pattern& pattern, DataType type, ReduceOp op, int root, bool in_place,
-                     int iter) {
+                     int iter, std::string_view algorithm) {
     fill_input<T>(l, pattern, in_place, iter);
     auto* expected = reinterpret_cast<T*>(expected_.get());
     auto input = [&](int r, size_t i) { return make<T>(pattern(r, i, iter)); };
@@ -737,7 +1113,7 @@ class Bench {
         break;
     }
 
-    launch(l, type, op, root, in_place, sizeof(T), 0);
+    launch(l, type, op, root, in_place, sizeof(T), 0, algorithm);
 
     const T* out = reinterpret_cast<const T*>(recv_.get()) + (in_place ? l.recv_inplace * rank : 0);
     int64_t wrong = 0;
@@ -751,8 +1127,10 @@ class Bench {
   int nranks_;
   size_t buffer_bytes_;
   Buffer send_, recv_, expected_;
-  int check_rep_ = 0;         // distinct inputs for every checked measurement
-  int64_t failed_tests_ = 0;  // measurements in which this rank had wrong elements
+  std::string algorithm_;             // forced on every call; empty: the library's choice
+  std::vector<std::string> compare_;  // --algos, as the library spells them
+  int check_rep_ = 0;                 // distinct inputs for every checked measurement
+  int64_t failed_tests_ = 0;          // measurements in which this rank had wrong elements
   double busbw_sum_ = 0;
   int64_t results_ = 0;
 };
@@ -779,7 +1157,8 @@ std::vector<std::string> describe_ranks(Communicator& comm) {
   return lines;
 }
 
-void print_header(const Options& o, const std::vector<std::string>& ranks) {
+// nccl-tests' preamble, then what chooses the algorithm and what the traffic columns hold.
+void print_preamble(const Options& o, const std::vector<std::string>& ranks, const Bench& bench) {
   bool factor = o.step_factor > 1;
   fmt::print(
       "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} "
@@ -788,45 +1167,77 @@ void print_header(const Options& o, const std::vector<std::string>& ranks) {
       o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
   fmt::print("#\n");
-  fmt::print("{}\n", rtrim(fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place"
-                                       "                       in-place",
-                                       "", "", "", "", "")));
-  constexpr std::string_view kColumns =
-      "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}";
-  fmt::print("{}\n", fmt::format(kColumns, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                                 "time", "algbw", "busbw", "#wrong"));
-  fmt::print("{}\n", rtrim(fmt::format(kColumns, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "",
-                                       "(us)", "(GB/s)", "(GB/s)", "")));
+  if (!bench.compared().empty()) {
+    std::string names;
+    for (const std::string& n : bench.compared()) names += (names.empty() ? "" : ", ") + n;
+    fmt::print(
+        "# Algorithms of {}: {}\n"
+        "#   each forced in turn (CallOptions), then auto: the library's own choice (CHORUS_ALGO if set, else\n"
+        "#   the cost model). Out of place only; time in us per call.\n"
+        "# auto/best = auto's time / the fastest forced time: 1.00 when auto picked the fastest, give or take\n"
+        "#   timing noise (auto is timed in its own run). #wrong is summed over every algorithm's check.\n",
+        o.coll->name, names);
+  } else if (!bench.algorithm().empty()) {
+    fmt::print("# Algorithm: {}, forced on every timed and checked call (CallOptions)\n", bench.algorithm());
+  } else {
+    fmt::print("# Algorithm: automatic (CHORUS_ALGO if set, else the cost model's choice for each size)\n");
+  }
+  if (o.traffic) {
+    fmt::print(
+        "# Traffic: payload bytes one rank sent in the last timed out-of-place call, measured (sent) and by the\n"
+        "#   algorithm's formula (predicted), each the maximum over ranks; ok: equal on every rank.{}\n",
+        bench.compared().empty() ? "" : "\n#   A cell reads measured/predicted! where they differ on some rank.");
+  }
+  fmt::print("#\n");
 }
 
-nlohmann::json measurement_json(const Measurement& m) {
+nlohmann::json measurement_json(const Measurement& m, bool traffic) {
   nlohmann::json j{{"time_us", m.time_us}, {"algbw_gbps", m.algbw}, {"busbw_gbps", m.busbw}};
   j["wrong"] = m.wrong ? nlohmann::json(*m.wrong) : nlohmann::json(nullptr);
+  j["algorithm"] = m.algorithm;
+  if (traffic) j["traffic"] = {{"sent", m.sent}, {"predicted", m.predicted}, {"ok", m.traffic_ok}};
   return j;
 }
 
-void write_json(const std::string& path, const Options& o, int nranks, std::string_view transport,
-                const std::vector<Row>& rows, int64_t failed, double avg_busbw) {
+template <class R>
+nlohmann::json lead_json(const R& r) {
+  return {
+      {"size", r.bytes}, {"count", r.count}, {"type", chorus::to_string(r.type)}, {"redop", r.redop}, {"root", r.root}};
+}
+
+void write_json(const std::string& path, const Options& o, int nranks, std::string_view transport, const Bench& bench,
+                const std::vector<Row>& rows, const std::vector<CompareRow>& compare_rows, int64_t failed,
+                double avg_busbw) {
   nlohmann::json j;
   j["collective"] = o.coll->name;
   j["nranks"] = nranks;
   j["transport"] = transport;
-  j["options"] = {{"minbytes", o.min_bytes},     {"maxbytes", o.max_bytes}, {"stepbytes", o.step_bytes},
-                  {"stepfactor", o.step_factor}, {"iters", o.iters},        {"warmup_iters", o.warmup},
-                  {"agg_iters", o.agg},          {"check", o.check},        {"average", o.average}};
+  j["options"] = {{"minbytes", o.min_bytes},   {"maxbytes", o.max_bytes},
+                  {"stepbytes", o.step_bytes}, {"stepfactor", o.step_factor},
+                  {"iters", o.iters},          {"warmup_iters", o.warmup},
+                  {"agg_iters", o.agg},        {"check", o.check},
+                  {"average", o.average},      {"algorithm", bench.algorithm()},
+                  {"algos", bench.compared()}, {"traffic", o.traffic}};
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) {
-    results.push_back({{"size", r.bytes},
-                       {"count", r.count},
-                       {"type", chorus::to_string(r.type)},
-                       {"redop", r.redop},
-                       {"root", r.root},
-                       {"out_of_place", measurement_json(r.out_of_place)},
-                       {"in_place", measurement_json(r.in_place)}});
+    nlohmann::json row = lead_json(r);
+    row["out_of_place"] = measurement_json(r.out_of_place, o.traffic);
+    row["in_place"] = measurement_json(r.in_place, o.traffic);
+    results.push_back(std::move(row));
+  }
+  for (const CompareRow& r : compare_rows) {
+    nlohmann::json row = lead_json(r);
+    nlohmann::json forced = nlohmann::json::object();
+    for (size_t i = 0; i < r.forced.size(); ++i) forced[bench.compared()[i]] = measurement_json(r.forced[i], o.traffic);
+    row["forced"] = std::move(forced);
+    row["auto"] = measurement_json(r.automatic, false);
+    row["fastest"] = bench.compared()[r.fastest()];
+    row["auto_over_best"] = r.auto_over_best();
+    results.push_back(std::move(row));
   }
   j["results"] = std::move(results);
   j["out_of_bounds"] = failed;
-  j["avg_busbw_gbps"] = avg_busbw;
+  if (compare_rows.empty()) j["avg_busbw_gbps"] = avg_busbw;
   std::ofstream out(path);
   out << j.dump(2) << '\n';
   if (!out) throw std::runtime_error("cannot write " + path);
@@ -856,24 +1267,71 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
 
-    std::vector<std::string> identities = describe_ranks(*comm);
-    if (rank == 0) print_header(o, identities);
-
     Bench bench(*comm, o);
+    try {
+      bench.resolve_algorithms();
+    } catch (const chorus::Error& e) {
+      if (e.code() != chorus::ErrorCode::InvalidArgument) throw;
+      // Every rank got the same arguments and the same error; rank 0 reports it. The others wait for that
+      // (an InvalidArgument leaves the communicator usable), or a launcher that stops the job when the first
+      // rank exits could kill rank 0 before it prints.
+      if (rank == 0) fmt::print(stderr, "chorus-perf: {}\n", e.what());
+      comm->barrier();
+      return kUsageError;
+    }
+
+    std::vector<std::string> identities = describe_ranks(*comm);
+    PerfTable table(o);
+    CompareTable compare_table(o, bench.compared());
+    if (rank == 0) {
+      print_preamble(o, identities, bench);
+      if (bench.compared().empty()) {
+        table.print_header();
+      } else {
+        compare_table.print_header();
+      }
+    }
+
     std::vector<Row> rows;
-    bench.run([&](const Row& row) {
-      if (rank != 0) return;
-      fmt::print("{}\n", format_row(row));
-      rows.push_back(row);
-    });
+    std::vector<CompareRow> compare_rows;
+    bench.run(
+        [&](const Row& row) {
+          if (rank != 0) return;
+          fmt::print("{}\n", table.format(row));
+          rows.push_back(row);
+        },
+        [&](const CompareRow& row) {
+          if (rank != 0) return;
+          fmt::print("{}\n", compare_table.format(row));
+          for (size_t i = 0; i < row.forced.size(); ++i) {
+            if (row.forced[i].wrong.value_or(0) == 0) continue;
+            std::fflush(stdout);
+            fmt::print(stderr, "chorus-perf: {} of {} B ({} {} root {}) with algorithm {}: {} wrong elements\n",
+                       o.coll->name, row.bytes, chorus::to_string(row.type), row.redop, row.root, bench.compared()[i],
+                       *row.forced[i].wrong);
+          }
+          if (row.automatic.wrong.value_or(0) != 0) {
+            std::fflush(stdout);
+            fmt::print(stderr,
+                       "chorus-perf: {} of {} B ({} {} root {}) with the automatic choice ({}): {} wrong "
+                       "elements\n",
+                       o.coll->name, row.bytes, chorus::to_string(row.type), row.redop, row.root,
+                       row.automatic.algorithm, *row.automatic.wrong);
+          }
+          compare_rows.push_back(row);
+        });
 
     int64_t failed = bench.local_failed_tests();
     comm->all_reduce(&failed, &failed, 1, DataType::Int64, ReduceOp::Sum);
     if (rank == 0) {
+      if (!compare_rows.empty()) compare_table.print_summary(compare_rows);
       fmt::print("# Out of bounds values : {} {}\n", failed, failed ? "FAILED" : "OK");
-      fmt::print("# Avg bus bandwidth    : {:g}\n#\n", bench.avg_busbw());
-      if (!o.json_path.empty())
-        write_json(o.json_path, o, nranks, comm->transport_name(), rows, failed, bench.avg_busbw());
+      if (compare_rows.empty()) fmt::print("# Avg bus bandwidth    : {:g}\n", bench.avg_busbw());
+      fmt::print("#\n");
+      if (!o.json_path.empty()) {
+        write_json(o.json_path, o, nranks, comm->transport_name(), bench, rows, compare_rows, failed,
+                   bench.avg_busbw());
+      }
     }
     return failed ? kFailure : 0;
   } catch (const std::exception& e) {
