@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Times every algorithm of every collective (chorus-perf --algos all) at 2, 3, 4 and 8 ranks, 8 B to 64 MiB,
+# and writes the tables to docs/data/algos-<transport>-<coll>-<n>ranks.txt.
+#   scripts/algo-bench.sh [tcp] [ITERS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+T=${1:-tcp} ITERS=${2:-20}
+mkdir -p docs/data
+for n in 2 3 4 8; do
+  for c in allreduce allgather reducescatter broadcast reduce alltoall; do
+    out=docs/data/algos-$T-$c-${n}ranks.txt
+    echo "== $c, $n ranks -> $out"
+    CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 64M -f 2 \
+      --algos all -n "$ITERS" -w 2 -c 1 2>&1 | grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
+    grep -E '^# auto/best' "$out" || true
+  done
+done
