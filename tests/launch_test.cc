@@ -97,17 +97,40 @@ INSTANTIATE_TEST_SUITE_P(
                  }}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// Under torchrun's agent store, MASTER_PORT is torch's; Chorus must take the next port and leave it alone.
-TEST(LauncherEnvironment, TorchrunAgentStoreKeepsItsPort) {
-  int torch_store = ::socket(AF_INET, SOCK_STREAM, 0);
+// Binds a listening socket on 127.0.0.1:port (0: any); returns the fd or -1.
+int listen_on(uint16_t port, uint16_t* bound) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
   socklen_t len = sizeof(a);
-  ASSERT_EQ(::bind(torch_store, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(torch_store, 16), 0);
-  ::getsockname(torch_store, reinterpret_cast<sockaddr*>(&a), &len);
-  uint16_t port = ntohs(a.sin_port);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(s, 16) != 0) {
+    ::close(s);
+    return -1;
+  }
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  *bound = ntohs(a.sin_port);
+  return s;
+}
+
+// Under torchrun's agent store, MASTER_PORT is torch's; Chorus must take the next port and leave it alone.
+TEST(LauncherEnvironment, TorchrunAgentStoreKeepsItsPort) {
+  // Hold a port P for "torch" whose successor is free too (other tests run in parallel).
+  int torch_store = -1;
+  uint16_t port = 0;
+  for (int attempt = 0; attempt < 100 && torch_store < 0; ++attempt) {
+    int s = listen_on(0, &port);
+    uint16_t next = 0;
+    int probe = port < 65535 ? listen_on(static_cast<uint16_t>(port + 1), &next) : -1;
+    if (probe >= 0) {
+      ::close(probe);
+      torch_store = s;
+    } else {
+      ::close(s);
+    }
+  }
+  ASSERT_GE(torch_store, 0);
   const int n = 2;
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {

@@ -180,6 +180,7 @@ class CountingTransport final : public transport::Transport {
     inner_->wait_send(handle, deadline);
   }
   void flush(const base::Deadline& deadline) override { inner_->flush(deadline); }
+  void check_peers() override { inner_->check_peers(); }
   void fail(const Error& error) noexcept override { inner_->fail(error); }
   void abort(const std::string& reason) noexcept override { inner_->abort(reason); }
   void close() noexcept override { inner_->close(); }

@@ -182,6 +182,7 @@ void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& ca
   const algo::Algorithm& algorithm = select_algorithm(impl, call, shape, &forced, &estimate);
   algo::OpContext c = scope.context(call.kind, algorithm.id, call.count, call.dtype, call.rop, call.root);
   scope.run([&] {
+    impl.transport->check_peers();
     if (impl.size == 1) {
       copy_if_distinct(call.recv, call.send, call.local_bytes);
     } else {
@@ -467,6 +468,7 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
   tag.seq = impl_->p2p_send_seq[peer];
   auto deadline = base::Deadline::after(impl_->config.timeout);
   scope.run([&] {
+    impl_->transport->check_peers();
     impl_->transport->isend(peer, tag, buf, bytes, deadline);
     impl_->transport->flush(deadline);
     ++impl_->p2p_send_seq[peer];
@@ -493,6 +495,7 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   tag.seq = impl_->p2p_recv_seq[peer];
   auto deadline = base::Deadline::after(impl_->config.timeout);
   scope.run([&] {
+    impl_->transport->check_peers();
     impl_->transport->recv(peer, tag, buf, bytes, deadline);
     ++impl_->p2p_recv_seq[peer];
   });

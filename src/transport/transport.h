@@ -68,6 +68,11 @@ class Transport {
   virtual void wait_send(SendHandle handle, const base::Deadline& deadline) = 0;
   virtual void flush(const base::Deadline& deadline) = 0;
 
+  // Throws the error of a peer that already failed or left, without waiting (a cheap check an operation
+  // makes before it sends anything, so a call on a communicator whose peer is gone fails at once rather than
+  // completing from data that happened to be in flight).
+  virtual void check_peers() = 0;
+
   // After a fatal error: tells every reachable peer why (best effort, bounded in time) and stops using the
   // connections. Later calls throw.
   virtual void fail(const Error& error) noexcept = 0;

@@ -257,6 +257,10 @@ void InProcTransport::cancel_sends() noexcept {
   }
 }
 
+void InProcTransport::check_peers() {
+  if (fabric_->failed()) throw fabric_->failure_for(rank_);
+}
+
 void InProcTransport::fail(const Error& error) noexcept {
   fabric_->set_failure(error, rank_);
   cancel_sends();

@@ -520,6 +520,30 @@ void TcpTransport::handle_hangup(int peer) {
   p.error.emplace(peer_closed_error(rank_, peer, false, p.reset ? "connection reset" : ""));
 }
 
+void TcpTransport::check_peers() {
+  check_usable();
+  // Only hang-ups and errors are armed on idle sockets, so this usually returns no event.
+  epoll_event events[16];
+  int n = ::epoll_wait(epoll_.get(), events, 16, 0);
+  for (int i = 0; i < n; ++i) {
+    uint32_t id = events[i].data.u32;
+    if (id == kWakeId) {
+      check_usable();
+      continue;
+    }
+    int q = static_cast<int>(id);
+    if (q < 0 || q >= size_ || peers_[q].hung_up) continue;
+    if (events[i].events & EPOLLOUT) progress_sends(q);
+    if (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) handle_hangup(q);
+    if ((events[i].events & EPOLLIN) && !(events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+      set_interest(q, EPOLLIN, false);  // data for a later receive; leave it in the socket
+    }
+  }
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_ && peers_[q].error) throw *peers_[q].error;
+  }
+}
+
 void TcpTransport::throw_peer_error(int peer, const char* context) {
   Peer& p = peers_[peer];
   if (p.error) throw *p.error;

@@ -42,6 +42,7 @@ class TcpTransport final : public Transport {
                    const Reduction& reduction, const base::Deadline& deadline) override;
   void wait_send(SendHandle handle, const base::Deadline& deadline) override;
   void flush(const base::Deadline& deadline) override;
+  void check_peers() override;
   void fail(const Error& error) noexcept override;
   void abort(const std::string& reason) noexcept override;
   void close() noexcept override;
