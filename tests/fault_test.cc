@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -25,12 +26,13 @@ namespace {
 struct KillParam {
   int world_size;
   int victim;
+  const char* transport;
 };
 
 class KillDuringAllReduce : public ::testing::TestWithParam<KillParam> {};
 
 TEST_P(KillDuringAllReduce, SurvivorsRaisePeerLostNamingTheDeadRankWithinFiveSeconds) {
-  const auto [n, victim] = GetParam();
+  const auto [n, victim, transport] = GetParam();
   TcpStoreServer server("127.0.0.1", 0);
   std::vector<Child> children;
   for (int r = 0; r < n; ++r) {
@@ -38,7 +40,8 @@ TEST_P(KillDuringAllReduce, SurvivorsRaisePeerLostNamingTheDeadRankWithinFiveSec
                               std::to_string(8 << 20)},
                              {"CHORUS_RANK=" + std::to_string(r), "CHORUS_WORLD_SIZE=" + std::to_string(n),
                               "CHORUS_STORE_ADDR=127.0.0.1:" + std::to_string(server.port()),
-                              "CHORUS_STORE_HOSTED=1", "CHORUS_TRANSPORT=tcp", "CHORUS_TIMEOUT_MS=60000"}));
+                              "CHORUS_STORE_HOSTED=1", std::string("CHORUS_TRANSPORT=") + GetParam().transport,
+                              "CHORUS_TIMEOUT_MS=60000"}));
   }
   wait_all(children, std::chrono::seconds(60));
 
@@ -50,6 +53,16 @@ TEST_P(KillDuringAllReduce, SurvivorsRaisePeerLostNamingTheDeadRankWithinFiveSec
   ASSERT_GT(kill_ns, 0) << "victim output: " << children[victim].output;
   EXPECT_TRUE(WIFSIGNALED(children[victim].status) && WTERMSIG(children[victim].status) == SIGKILL);
 
+  // Nothing is left in /dev/shm by any of the ranks, the killed one included (names end in -p<pid>).
+  for (const Child& c : children) {
+    std::string suffix = "-p" + std::to_string(c.pid);
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      std::string name = entry.path().filename().string();
+      EXPECT_FALSE(name.rfind("chorus-", 0) == 0 && name.size() > suffix.size() &&
+                   name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+          << "left behind: /dev/shm/" << name;
+    }
+  }
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     const Child& c = children[r];
@@ -70,10 +83,12 @@ TEST_P(KillDuringAllReduce, SurvivorsRaisePeerLostNamingTheDeadRankWithinFiveSec
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, KillDuringAllReduce,
-                         ::testing::Values(KillParam{2, 1}, KillParam{3, 1}, KillParam{4, 0}, KillParam{5, 3}),
+                         ::testing::Values(KillParam{2, 1, "tcp"}, KillParam{3, 1, "tcp"}, KillParam{4, 0, "tcp"},
+                                           KillParam{5, 3, "tcp"}, KillParam{2, 1, "shm"}, KillParam{3, 1, "shm"},
+                                           KillParam{4, 0, "shm"}, KillParam{5, 3, "shm"}),
                          [](const ::testing::TestParamInfo<KillParam>& i) {
-                           return std::to_string(i.param.world_size) + "ranks_victim" +
-                                  std::to_string(i.param.victim);
+                           return std::string(i.param.transport) + "_" + std::to_string(i.param.world_size) +
+                                  "ranks_victim" + std::to_string(i.param.victim);
                          });
 
 }  // namespace

@@ -22,6 +22,7 @@ inline std::string transport_label(TransportKind t) {
   switch (t) {
     case TransportKind::InProc: return "InProc";
     case TransportKind::Tcp: return "Tcp";
+    case TransportKind::Shm: return "Shm";
     default: return "Auto";
   }
 }

@@ -37,16 +37,18 @@
 namespace chorus {
 
 enum class TransportKind : uint8_t {
-  Auto,    // in-process when every rank is a thread of this process, otherwise tcp
+  Auto,    // in-process when every rank is a thread of this process; otherwise shared memory between ranks
+           // on one host and tcp between hosts
   InProc,  // ranks are threads of one process
-  Tcp,     // TCP sockets (loopback inside a host)
+  Tcp,     // TCP sockets everywhere (loopback inside a host)
+  Shm,     // POSIX shared memory; every rank must be on this host
 };
 
 struct CommOptions {
   // Bound on every blocking call. The CHORUS_TIMEOUT_MS environment variable overrides the default of
   // 5 minutes; a value set here explicitly wins over the environment.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  // CHORUS_TRANSPORT (auto | inproc | tcp) applies when this is Auto.
+  // CHORUS_TRANSPORT (auto | inproc | tcp | shm) applies when this is Auto.
   TransportKind transport = TransportKind::Auto;
   // Network interface to listen on (tcp). Empty: CHORUS_SOCKET_IFNAME, else the interface that routes to
   // the store, else loopback when every rank is on this host.
@@ -78,6 +80,7 @@ struct TrafficCounters {
   uint64_t bytes_received = 0;
   std::vector<uint64_t> sent_to;        // indexed by peer rank
   std::vector<uint64_t> received_from;  // indexed by peer rank
+  std::vector<std::string> via;         // indexed by peer rank: "shm", "tcp", "inproc" ("self" for this rank)
   uint64_t operations = 0;
 };
 
@@ -191,7 +194,7 @@ class CHORUS_API Communicator {
 
   // Effective options (environment applied).
   const CommOptions& options() const noexcept;
-  // "inproc" or "tcp".
+  // "inproc", "tcp", "shm", or "shm+tcp" (shared memory inside a host, tcp across hosts).
   std::string_view transport_name() const noexcept;
   // True once an error other than InvalidArgument has broken this communicator.
   bool failed() const noexcept;

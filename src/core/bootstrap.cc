@@ -1,6 +1,7 @@
 // Communicator creation: rendezvous through the store, choose and connect the transport.
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -10,7 +11,9 @@
 #include "base/logging.h"
 #include "base/net.h"
 #include "core/communicator_impl.h"
+#include "transport/hybrid_transport.h"
 #include "transport/inproc/inproc_transport.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace chorus {
@@ -36,15 +39,17 @@ std::string read_link(const char* path) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// What proves two ranks share a host (same kernel boot and network namespace) and a process.
+// What proves two ranks share a host: the same kernel boot, network namespace and IPC namespace (the one
+// POSIX shared memory lives in). And a process: the same host and pid.
 struct ProcIdentity {
-  std::string host;     // boot id + network namespace
+  std::string host;     // boot id + network namespace + IPC namespace
   std::string process;  // host + pid
 };
 
 ProcIdentity my_identity() {
   ProcIdentity id;
-  id.host = read_first_line("/proc/sys/kernel/random/boot_id") + "/" + read_link("/proc/self/ns/net");
+  id.host = read_first_line("/proc/sys/kernel/random/boot_id") + "/" + read_link("/proc/self/ns/net") + "/" +
+            read_link("/proc/self/ns/ipc");
   id.process = id.host + "/" + std::to_string(::getpid());
   return id;
 }
@@ -124,22 +129,56 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   }
 
   ProcIdentity me = my_identity();
-  bool same_process = true, same_host = true;
+  bool same_process = true;
+  std::vector<int> local{rank};  // ranks on this host, ascending
+  std::vector<std::string> hosts(static_cast<size_t>(size));
+  hosts[rank] = me.host;
   if (size > 1) {
     st.set(k + "proc/" + std::to_string(rank), me.process);
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       std::string other = st.get(k + "proc/" + std::to_string(r), deadline.remaining());
       same_process = same_process && other == me.process;
-      same_host = same_host && other.rfind(me.host + "/", 0) == 0;
+      if (other.rfind(me.host + "/", 0) == 0) local.push_back(r);
+      hosts[r] = other.substr(0, other.rfind('/'));
+    }
+    std::sort(local.begin(), local.end());
+  }
+  // Hosts are numbered in the order of their lowest rank; every rank computes the same numbering.
+  {
+    algo::Topology& topo = impl->topology;
+    std::vector<std::string> seen;
+    for (int r = 0; r < size; ++r) {
+      auto it = std::find(seen.begin(), seen.end(), hosts[r]);
+      topo.host_of.push_back(static_cast<int>(it - seen.begin()));
+      if (it == seen.end()) seen.push_back(hosts[r]);
+    }
+    topo.hosts = static_cast<int>(seen.size());
+    topo.ranks_per_host = size % topo.hosts == 0 ? size / topo.hosts : 0;
+    for (int h = 0; h < topo.hosts && topo.ranks_per_host; ++h) {
+      if (static_cast<int>(topo.ranks_on(h).size()) != topo.ranks_per_host) topo.ranks_per_host = 0;
     }
   }
+  const bool all_local = static_cast<int>(local.size()) == size;
 
-  if (impl->config.shm_requested && rank == 0) {
-    base::log_warn("CHORUS_TRANSPORT=shm: the shared-memory transport is not built yet; using tcp over loopback");
-  }
   TransportKind kind = impl->config.transport;
-  if (kind == TransportKind::Auto) kind = same_process ? TransportKind::InProc : TransportKind::Tcp;
+  if (kind == TransportKind::Auto) {
+    kind = same_process ? TransportKind::InProc : all_local ? TransportKind::Shm : TransportKind::Tcp;
+  }
+  if (kind == TransportKind::Shm && !all_local) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("CHORUS_TRANSPORT=shm needs every rank on one host, but only {} of {} share rank "
+                                  "{}'s host; use auto (shared memory inside hosts, tcp between them) or tcp",
+                                  local.size(), size, rank));
+  }
+  transport::ShmOptions shm;
+  shm.ring_bytes = impl->config.shm_ring_bytes;
+  shm.single_copy_bytes = impl->config.shm_single_copy_bytes;
+  shm.allow_cma = impl->config.shm_cma;
+  shm.spin = impl->config.shm_spin;
+  transport::TcpOptions topts;
+  topts.ifname = impl->config.socket_ifname;
+  topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
   if (kind == TransportKind::InProc) {
     impl->transport = transport::InProcTransport::connect(st, k + "inproc", rank, size, impl->comm_tag, deadline);
     // Rank 0 must not go away before every rank has attached to its fabric.
@@ -147,16 +186,31 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     std::vector<std::string> keys;
     for (int r = 0; r < size; ++r) keys.push_back(k + "attached/" + std::to_string(r));
     st.wait(keys, deadline.remaining());
+  } else if (kind == TransportKind::Shm) {
+    impl->transport = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
+  } else if (impl->config.transport == TransportKind::Auto && local.size() > 1) {
+    // Several hosts, several ranks on ours: shared memory inside, tcp across.
+    auto tcp = transport::TcpTransport::connect(st, k + "tcp/", rank, size, impl->comm_tag, topts, store_address(&st),
+                                                false, deadline);
+    auto sm = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
+    std::vector<bool> is_local(static_cast<size_t>(size), false);
+    for (int r : local) is_local[static_cast<size_t>(r)] = true;
+    impl->transport = std::make_unique<transport::HybridTransport>(std::move(sm), std::move(tcp), std::move(is_local));
   } else {
-    transport::TcpOptions topts;
-    topts.ifname = impl->config.socket_ifname;
-    topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
     impl->transport = transport::TcpTransport::connect(st, k + "tcp/", rank, size, impl->comm_tag, topts,
-                                                       store_address(&st), same_host, deadline);
+                                                       store_address(&st), all_local, deadline);
   }
+  impl->local_ranks = local;
   impl->options.transport = kind;
-  const tune::LinkEntry& tuned = tune::entry_for(impl->config.tuning.get(), impl->transport->name(), size);
+  Communicator::Impl* raw = impl.get();
+  impl->transport->set_stall_hook([raw] { raw->on_stall(); });
+  // A hybrid's choices are governed by its slow links; the shared-memory figures describe the inside of a host.
+  const bool hybrid = impl->transport->name() == "shm+tcp";
+  std::string_view tuned_as = hybrid ? "tcp" : impl->transport->name();
+  const tune::LinkEntry& tuned = tune::entry_for(impl->config.tuning.get(), tuned_as, size);
   impl->link = tuned.link;
+  impl->intra_link = hybrid ? tune::entry_for(impl->config.tuning.get(), "shm", static_cast<int>(local.size())).link
+                            : tuned.link;
   for (int c = 0; c < algo::kNumCollectives; ++c) {
     impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
   }

@@ -115,6 +115,7 @@ const char* transport_kind_name(TransportKind kind) {
     case TransportKind::Auto: return "auto";
     case TransportKind::InProc: return "inproc";
     case TransportKind::Tcp: return "tcp";
+    case TransportKind::Shm: return "shm";
   }
   return "?";
 }
@@ -140,12 +141,10 @@ Config resolve_config(const CommOptions& o) {
       } else if (*t == "tcp") {
         c.transport = TransportKind::Tcp;
       } else if (*t == "shm") {
-        // Shared memory is not built yet; tcp over loopback is the closest working choice (logged).
-        c.transport = TransportKind::Tcp;
-        c.shm_requested = true;
+        c.transport = TransportKind::Shm;
       } else {
         base::throw_error(ErrorCode::InvalidArgument,
-                          fmt::format("CHORUS_TRANSPORT='{}' is not one of auto, inproc, tcp", *t));
+                          fmt::format("CHORUS_TRANSPORT='{}' is not one of auto, inproc, tcp, shm", *t));
       }
     }
   }
@@ -166,6 +165,27 @@ Config resolve_config(const CommOptions& o) {
   if (slice) c.slice_bytes = slice;
   if (c.slice_bytes < 64) c.slice_bytes = 64;
 
+  auto size_var = [](const char* name, size_t lo, size_t hi, size_t* out) {
+    if (auto v = env_string(name)) {
+      auto n = parse_size(*v);
+      if (!n || *n < lo || *n > hi) {
+        base::throw_error(ErrorCode::InvalidArgument,
+                          fmt::format("{}='{}' is not a size between {} and {}", name, *v, lo, hi));
+      }
+      *out = *n;
+    }
+  };
+  size_var("CHORUS_SHM_RING_BYTES", size_t{64} << 10, size_t{256} << 20, &c.shm_ring_bytes);
+  size_var("CHORUS_SHM_SINGLE_COPY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_bytes);
+  if (auto v = env_int("CHORUS_SHM_CMA")) c.shm_cma = *v != 0;
+  if (auto v = env_int("CHORUS_SHM_SPIN")) {
+    if (*v < 0 || *v > 100000000) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_SHM_SPIN is out of range");
+    c.shm_spin = static_cast<int>(*v);
+  }
+  if (auto ms = env_int("CHORUS_MISMATCH_CHECK_MS")) {
+    if (*ms < 0) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_MISMATCH_CHECK_MS must be >= 0");
+    c.mismatch_check = std::chrono::milliseconds(*ms);
+  }
   if (auto spec = env_string("CHORUS_ALGO")) c.forced_algorithm = parse_algorithm_spec(*spec);
   if (auto path = env_string("CHORUS_TUNING_FILE")) {
     c.tuning = std::make_shared<const tune::Tuning>(tune::load_tuning_file(*path));

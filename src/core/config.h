@@ -21,7 +21,15 @@ struct Config {
   std::string socket_ifname;
   size_t slice_bytes = 512 * 1024;
   int socket_buffer_bytes = 0;
-  bool shm_requested = false;  // CHORUS_TRANSPORT=shm, served by tcp until the shared-memory transport exists
+  // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (0 disables cross-memory
+  // attach), CHORUS_SHM_SPIN.
+  size_t shm_ring_bytes = 1 << 20;
+  size_t shm_single_copy_bytes = 64 << 10;
+  bool shm_cma = true;
+  int shm_spin = -1;
+  // CHORUS_MISMATCH_CHECK_MS: how long a collective waits before the ranks compare what they are doing
+  // (0 disables the check).
+  std::chrono::milliseconds mismatch_check{1000};
   // CHORUS_ALGO: the algorithm forced for each collective (empty: the cost model chooses).
   std::array<std::string, algo::kNumCollectives> forced_algorithm;
   // CHORUS_TUNING_FILE, loaded; null when unset.

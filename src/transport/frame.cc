@@ -41,6 +41,7 @@ const char* algo_name(AlgoId algo) noexcept {
     case AlgoId::ScatterAllgather: return "scatter_allgather";
     case AlgoId::Chain: return "chain";
     case AlgoId::ReduceScatterGather: return "reduce_scatter_gather";
+    case AlgoId::Hierarchical: return "hierarchical";
   }
   return "unknown-algo";
 }
@@ -105,6 +106,13 @@ std::string describe(const MessageTag& t) {
   if (t.root >= 0) s += fmt::format(", root {}", t.root);
   s += fmt::format(", {}, step {})", algo_name(t.algo), t.step);
   return s;
+}
+
+std::string describe_operation(const MessageTag& t) {
+  std::string s = fmt::format("{} (count {}, {}", op_kind_name(t.op), t.count, to_string(t.dtype));
+  if (t.has_reduce_op) s += fmt::format(", {}", to_string(t.reduce_op));
+  if (t.root >= 0) s += fmt::format(", root {}", t.root);
+  return s + fmt::format(", {})", algo_name(t.algo));
 }
 
 std::string encode_abort(int code, int culprit, const std::string& message) {

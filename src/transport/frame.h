@@ -52,6 +52,7 @@ enum class AlgoId : uint8_t {
   ScatterAllgather = 13,
   Chain = 14,
   ReduceScatterGather = 15,
+  Hierarchical = 16,
 };
 const char* algo_name(AlgoId algo) noexcept;
 
@@ -100,6 +101,8 @@ bool same_operation(const FrameHeader& h, const MessageTag& tag) noexcept;
 
 // "all_reduce #12 (count 1024, float, sum, ring, step 3)" for error messages.
 std::string describe(const MessageTag& tag);
+// The operation alone, without sequence number or step: "all_reduce (count 1024, float, sum, ring)".
+std::string describe_operation(const MessageTag& tag);
 
 // The payload of an Abort frame: an ErrorCode, the rank at fault and the message.
 std::string encode_abort(int code, int culprit, const std::string& message);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,8 @@ class Transport {
   virtual ~Transport() = default;
 
   virtual std::string_view name() const noexcept = 0;
+  // The transport that carries frames to `peer` (differs from name() only in a hybrid).
+  virtual std::string_view transport_for(int peer) const noexcept { return name(); }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
 
@@ -81,8 +84,16 @@ class Transport {
   // Clean shutdown: flush what is queued (bounded), say goodbye to every peer, close. Idempotent.
   virtual void close() noexcept = 0;
 
+  // Called from waits that have seen nothing arrive for a while (every few hundred milliseconds at most); it
+  // may throw to end the wait. Core uses it to find ranks stuck in different operations.
+  void set_stall_hook(std::function<void()> hook) { stall_hook_ = std::move(hook); }
+
  protected:
   Transport(int rank, int size) : rank_(rank), size_(size) {}
+  void stalled() {
+    if (stall_hook_) stall_hook_();
+  }
+  std::function<void()> stall_hook_;
 
   int rank_;
   int size_;

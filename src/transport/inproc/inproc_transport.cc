@@ -184,7 +184,13 @@ void InProcTransport::receive(int peer, const MessageTag& tag, size_t len, const
                                 rank_, peer, describe(tag), peer),
                     peer);
       }
-      ch.cv.wait_for(lock, std::min<std::chrono::milliseconds>(kWaitSlice, deadline.remaining()));
+      if (ch.cv.wait_for(lock, std::min<std::chrono::milliseconds>(kWaitSlice, deadline.remaining())) ==
+              std::cv_status::timeout &&
+          ch.queue.empty()) {
+        lock.unlock();
+        stalled();
+        lock.lock();
+      }
     }
     m = std::move(ch.queue.front());
     ch.queue.pop_front();

@@ -258,6 +258,16 @@ void TcpTransport::progress_sends(int peer) {
   set_interest(peer, EPOLLOUT, false);
 }
 
+bool TcpTransport::progress() {
+  bool pending = false;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_ || peers_[q].queue.empty() || peers_[q].hung_up) continue;
+    progress_sends(q);
+    pending |= !peers_[q].queue.empty();
+  }
+  return pending;
+}
+
 void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
   Peer& p = peers_[h.peer];
   while (p.completed <= h.index) {
@@ -414,13 +424,16 @@ void TcpTransport::on_unexpected_frame(int peer, const FrameHeader& h, const Mes
 void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
                              const MessageTag* tag) {
   if (reading_peer >= 0) set_interest(reading_peer, EPOLLIN, true);
+  // In a hybrid, the shared-memory side's queued sends move between our waits, which stay short meanwhile.
+  const bool external_busy = external_progress_ && external_progress_();
   epoll_event events[64];
-  int n = ::epoll_wait(epoll_.get(), events, 64, deadline.poll_timeout_ms(1000));
+  int n = ::epoll_wait(epoll_.get(), events, 64, deadline.poll_timeout_ms(external_busy ? 1 : 1000));
   if (n < 0) {
     if (errno == EINTR) return;
     base::throw_errno("epoll_wait", errno);
   }
   if (n == 0) {
+    if (!external_busy) stalled();
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,
                   fmt::format("rank {} timed out waiting for rank {} ({}{}); rank {} may be stuck, dead without "

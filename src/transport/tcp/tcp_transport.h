@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -46,6 +47,12 @@ class TcpTransport final : public Transport {
   void fail(const Error& error) noexcept override;
   void abort(const std::string& reason) noexcept override;
   void close() noexcept override;
+
+  // Progress queued sends without waiting; returns true if some are still queued.
+  bool progress();
+  // When combined with another transport (HybridTransport): called before every wait, it keeps the other
+  // transport progressing; returns true while it has work in flight (so waits stay short).
+  void set_external_progress(std::function<bool()> fn) { external_progress_ = std::move(fn); }
 
   // The address this rank listened on (for logs and tests).
   const std::string& listen_address() const { return listen_address_; }
@@ -97,6 +104,7 @@ class TcpTransport final : public Transport {
   base::Fd wake_;  // eventfd: abort() from another thread
   std::unique_ptr<char[]> staging_;
   std::string listen_address_;
+  std::function<bool()> external_progress_;
   std::optional<Error> failed_;  // set by fail(): later calls throw
   bool closed_ = false;
 

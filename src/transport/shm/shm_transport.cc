@@ -1,0 +1,630 @@
+#include "transport/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace chorus::transport {
+
+// ---------------------------------------------------------------- the shared layout
+
+namespace {
+
+constexpr uint64_t kMagic = 0x314d485353524843;  // "CHRSSHM1"
+constexpr size_t kAlign = 64;                   // frames and payloads start on cache lines
+constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
+constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+struct alignas(64) Ring {
+  alignas(64) std::atomic<uint64_t> head;      // bytes the producer has published
+  alignas(64) std::atomic<uint64_t> tail;      // bytes the consumer has released
+  alignas(64) std::atomic<uint64_t> consumed;  // frames the consumer has finished
+};
+
+struct Descriptor {
+  uint64_t address;  // in the producer's address space
+  uint64_t length;
+  int32_t pid;
+};
+
+}  // namespace
+
+struct ShmSegment {
+  struct Control {
+    uint64_t magic;
+    uint64_t comm_tag;
+    uint64_t ring_bytes;
+    int32_t rank;
+    int32_t local_count;
+    int32_t pid;
+    int32_t reserved;
+    uint64_t probe_address;  // address of `probe` in the owner's memory, for the cross-memory-attach probe
+    uint64_t probe;
+    alignas(64) std::atomic<uint32_t> doorbell;
+    alignas(64) std::atomic<uint32_t> sleeping;
+    std::atomic<uint32_t> closed;
+    std::atomic<uint32_t> failed;
+    int32_t fail_code;
+    int32_t fail_culprit;
+    char fail_message[2048];
+  };
+  Control control;
+
+  static size_t bytes(int local_count, size_t ring_bytes) {
+    return round_up(sizeof(Control), kAlign) + static_cast<size_t>(local_count) * (sizeof(Ring) + ring_bytes);
+  }
+  // The inbound ring whose producer is local rank `from`.
+  Ring& ring(int from) {
+    char* base = reinterpret_cast<char*>(this) + round_up(sizeof(Control), kAlign);
+    return reinterpret_cast<Ring*>(base)[from];
+  }
+  char* data(int from) {
+    char* base = reinterpret_cast<char*>(this) + round_up(sizeof(Control), kAlign) +
+                 static_cast<size_t>(control.local_count) * sizeof(Ring);
+    return base + static_cast<size_t>(from) * control.ring_bytes;
+  }
+};
+
+namespace {
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t value, const timespec* timeout) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, value, timeout, nullptr, 0);
+}
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+#else
+  return -1;
+#endif
+}
+
+// Whether a process is gone: its pidfd is readable once it exits (or, without pidfds, kill(0) fails).
+bool process_gone(int pidfd, pid_t pid) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+// Copies n bytes starting at ring position pos (which may wrap) to dst, or calls fn on up to two pieces.
+template <class Fn>
+void for_ring_bytes(char* data, size_t ring_bytes, uint64_t pos, size_t n, Fn&& fn) {
+  size_t at = static_cast<size_t>(pos % ring_bytes);
+  size_t first = std::min(n, ring_bytes - at);
+  fn(data + at, first, size_t{0});
+  if (first < n) fn(data, n - first, first);
+}
+
+// Reads `len` bytes at `address` in process `pid` into `dst` (looping over partial reads).
+bool remote_read(pid_t pid, char* dst, uint64_t address, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    iovec local{dst + done, len - done};
+    iovec remote{reinterpret_cast<void*>(address + done), len - done};
+    ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- setup and teardown
+
+ShmTransport::ShmTransport(int rank, int size, uint64_t comm_tag, const ShmOptions& options)
+    : Transport(rank, size), comm_tag_(comm_tag), options_(options), peers_(size), staging_(new char[64 * 1024]) {}
+
+std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
+                                                    const std::vector<int>& local, uint64_t comm_tag,
+                                                    const ShmOptions& options, base::Deadline deadline) {
+  std::unique_ptr<ShmTransport> t(new ShmTransport(rank, size, comm_tag, options));
+  t->local_ = local;
+  const int count = static_cast<int>(local.size());
+  size_t ring = std::max<size_t>(size_t{64} << 10, std::bit_ceil(options.ring_bytes));
+  t->options_.ring_bytes = ring;
+
+  // Create this rank's segment; the name carries the communicator's random tag, so it never collides with
+  // another job's, and O_EXCL makes sure we are its only creator.
+  t->self_name_ = fmt::format("/chorus-{:016x}-r{}-p{}", comm_tag, rank, ::getpid());
+  t->self_bytes_ = ShmSegment::bytes(count, ring);
+  int fd = ::shm_open(t->self_name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) base::throw_errno(fmt::format("shm_open {}", t->self_name_), errno);
+  if (::ftruncate(fd, static_cast<off_t>(t->self_bytes_)) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::shm_unlink(t->self_name_.c_str());
+    base::throw_errno(fmt::format("ftruncate {} to {} bytes (is /dev/shm large enough?)", t->self_name_,
+                                  t->self_bytes_),
+                      err);
+  }
+  void* p = ::mmap(nullptr, t->self_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    ::shm_unlink(t->self_name_.c_str());
+    base::throw_errno(fmt::format("mmap {}", t->self_name_), err);
+  }
+  t->self_ = static_cast<ShmSegment*>(p);
+  auto& c = t->self_->control;
+  c.comm_tag = comm_tag;
+  c.ring_bytes = ring;
+  c.rank = rank;
+  c.local_count = count;
+  c.pid = ::getpid();
+  c.probe = 0x5eed5eed5eed5eedull;
+  c.probe_address = reinterpret_cast<uint64_t>(&c.probe);
+  std::atomic_thread_fence(std::memory_order_release);
+  c.magic = kMagic;
+  store.set(key_prefix + "seg/" + std::to_string(rank), t->self_name_);
+
+  // Map every local peer's segment and check it is the one we expect.
+  for (int i = 0; i < count; ++i) {
+    int q = local[i];
+    Peer& peer = t->peers_[q];
+    peer.local = i;
+    if (q == rank) continue;
+    std::string name = store.get(key_prefix + "seg/" + std::to_string(q), deadline.remaining());
+    int pfd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (pfd < 0) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("rank {} cannot open rank {}'s shared memory {}: {}; are the ranks on one host "
+                                    "(and in one IPC namespace)? CHORUS_TRANSPORT=tcp avoids shared memory",
+                                    rank, q, name, std::strerror(errno)));
+    }
+    peer.map_bytes = ShmSegment::bytes(count, ring);
+    void* m = ::mmap(nullptr, peer.map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    ::close(pfd);
+    if (m == MAP_FAILED) base::throw_errno(fmt::format("mmap {}", name), errno);
+    peer.segment = static_cast<ShmSegment*>(m);
+    const auto& pc = peer.segment->control;
+    if (pc.magic != kMagic || pc.comm_tag != comm_tag || pc.rank != q || pc.ring_bytes != ring) {
+      base::throw_error(ErrorCode::Mismatch,
+                        fmt::format("rank {}: the shared memory {} does not belong to rank {} of this communicator",
+                                    rank, name, q),
+                        q);
+    }
+    peer.pid = pc.pid;
+    peer.pidfd = open_pidfd(peer.pid);
+  }
+
+  // Cross-memory attach: every rank probes reading each local peer's memory; all must succeed for any pair
+  // to use it (the sender picks single-copy frames, so both sides must agree).
+  bool cma = options.allow_cma;
+  for (int q : local) {
+    if (q == rank || !cma) continue;
+    uint64_t value = 0;
+    const Peer& peer = t->peers_[q];
+    cma = remote_read(peer.pid, reinterpret_cast<char*>(&value), peer.segment->control.probe_address, 8) &&
+          value == 0x5eed5eed5eed5eedull;
+  }
+  store.set(key_prefix + "cma/" + std::to_string(rank), cma ? "1" : "0");
+  for (int q : local) {
+    if (q != rank && store.get(key_prefix + "cma/" + std::to_string(q), deadline.remaining()) != "1") cma = false;
+  }
+  t->cma_ = cma;
+
+  // Everyone has mapped everyone: the names can go, so nothing is left in /dev/shm even if we crash.
+  std::vector<std::string> keys;
+  for (int q : local) keys.push_back(key_prefix + "cma/" + std::to_string(q));
+  store.wait(keys, deadline.remaining());
+  ::shm_unlink(t->self_name_.c_str());
+  t->self_unlinked_ = true;
+
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  t->yield_ = static_cast<unsigned>(count) > cores;
+  t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 40 : 4000);
+  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}", count, ring >> 10,
+                 cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)");
+  return t;
+}
+
+ShmTransport::~ShmTransport() {
+  close();
+  for (Peer& p : peers_) {
+    if (p.segment) ::munmap(p.segment, p.map_bytes);
+    if (p.pidfd >= 0) ::close(p.pidfd);
+  }
+  if (self_) ::munmap(self_, self_bytes_);
+  if (!self_unlinked_ && !self_name_.empty()) ::shm_unlink(self_name_.c_str());
+}
+
+// ---------------------------------------------------------------- waiting
+
+void ShmTransport::ring_doorbell(int peer) {
+  auto& c = peers_[peer].segment->control;
+  c.doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (c.sleeping.load(std::memory_order_seq_cst)) {
+    futex(&c.doorbell, FUTEX_WAKE, 1 << 30, nullptr);
+  }
+}
+
+void ShmTransport::check_usable() {
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    throw Error(ErrorCode::Aborted, abort_reason_);
+  }
+  if (failed_) throw Error(ErrorCode::Aborted, fmt::format("the communicator failed earlier: {}", failed_->message()));
+}
+
+bool ShmTransport::peer_failed(int peer) const {
+  const Peer& p = peers_[peer];
+  return p.dead || p.segment->control.failed.load(std::memory_order_acquire) != 0;
+}
+
+void ShmTransport::throw_peer_failure(int peer) {
+  Peer& p = peers_[peer];
+  auto& c = p.segment->control;
+  if (c.failed.load(std::memory_order_acquire)) {
+    std::string message(c.fail_message, strnlen(c.fail_message, sizeof(c.fail_message)));
+    throw Error(static_cast<ErrorCode>(c.fail_code), fmt::format("rank {} aborted the communicator: {}", peer, message),
+                c.fail_culprit >= 0 ? c.fail_culprit : peer);
+  }
+  if (p.dead) throw peer_closed_error(rank_, peer, false, "detected by a liveness check");
+  throw peer_closed_error(rank_, peer, true, "");
+}
+
+void ShmTransport::remote_read_failed(int peer) {
+  int err = errno;
+  // A peer that failed (and perhaps exited) before we read its buffer: its own error names the cause.
+  if (peer_failed(peer)) throw_peer_failure(peer);
+  // ESRCH: its memory is already gone (the exit has begun, even if its pidfd does not show it yet).
+  if (err == ESRCH || process_gone(peers_[peer].pidfd, peers_[peer].pid)) {
+    peers_[peer].dead = true;
+    throw_peer_failure(peer);
+  }
+  throw Error(ErrorCode::SystemError,
+              fmt::format("rank {} could not read rank {}'s memory (cross-memory attach): {}", rank_, peer,
+                          std::strerror(err)),
+              peer);
+}
+
+void ShmTransport::check_liveness() {
+  for (int q : local_) {
+    if (q == rank_ || peers_[q].dead) continue;
+    Peer& p = peers_[q];
+    if (!p.segment->control.closed.load(std::memory_order_acquire) && process_gone(p.pidfd, p.pid)) p.dead = true;
+  }
+}
+
+// Waits until ready() holds, keeping sends (and, in a hybrid, the other transport) moving. `peer` is the rank
+// whose data or room is awaited: its failure or departure ends the wait with that peer's error.
+template <class Ready>
+void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int peer, const char* what,
+                              const MessageTag* tag) {
+  auto& me = self_->control;
+  int spins = 0;
+  while (true) {
+    bool external_busy = external_progress_ && external_progress_();
+    progress();
+    if (ready()) return;
+    if (peer_failed(peer)) throw_peer_failure(peer);
+    if (peers_[peer].segment->control.closed.load(std::memory_order_acquire)) {
+      if (ready()) return;
+      throw_peer_failure(peer);
+    }
+    if (++spins < spin_) {
+      if (yield_) {
+        sched_yield();
+      } else {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      continue;
+    }
+    spins = 0;
+    check_usable();
+    if (deadline.expired()) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("rank {} timed out waiting for rank {} ({}{}); rank {} may be stuck or calling "
+                              "collectives in a different order",
+                              rank_, peer, what, tag ? " in " + describe(*tag) : std::string(), peer),
+                  peer);
+    }
+    // Sleep on our doorbell: announce it, look once more (a waker that missed the announcement has already
+    // rung), then wait for a ring or a slice to pass. The slice bounds how late a dead peer is noticed.
+    uint32_t seen = me.doorbell.load(std::memory_order_seq_cst);
+    me.sleeping.store(1, std::memory_order_seq_cst);
+    if (!ready() && !peer_failed(peer)) {
+      auto slice = external_busy ? std::chrono::microseconds(200) : std::chrono::microseconds(100000);
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining());
+      if (left < slice) slice = std::max(left, std::chrono::microseconds(1));
+      timespec ts{static_cast<time_t>(slice.count() / 1000000), static_cast<long>(slice.count() % 1000000) * 1000};
+      futex(&me.doorbell, FUTEX_WAIT, seen, &ts);
+    }
+    me.sleeping.store(0, std::memory_order_relaxed);
+    check_liveness();
+    stalled();
+    for (int q : local_) {
+      if (q != rank_ && peer_failed(q) && peers_[q].segment->control.failed.load()) throw_peer_failure(q);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- sending
+
+SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
+                               const base::Deadline& deadline) {
+  check_usable();
+  Peer& p = peers_[peer];
+  if (peer_failed(peer) || p.segment->control.closed.load(std::memory_order_acquire)) throw_peer_failure(peer);
+  SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
+            p.posted};
+  r.remote = cma_ && len >= options_.single_copy_bytes;
+  if (r.remote) {
+    r.header.flags |= kFlagRemote;
+    r.header.checksum = header_checksum(r.header);
+    p.last_remote = p.posted + 1;
+  }
+  p.queue.push_back(r);
+  SendHandle h{peer, p.posted++};
+  if (p.queue.size() == 1) write_some(peer);
+  return h;
+}
+
+// Writes as much of the peer's queued frames into its ring as fits; returns true if something moved. A frame
+// is its header, then either its payload (padded to whole cache lines, written as space frees, so a payload
+// larger than the ring streams through it) or, for a single-copy frame, a descriptor written together with
+// the header.
+bool ShmTransport::write_some(int peer) {
+  Peer& p = peers_[peer];
+  const int me = peers_[rank_].local;
+  Ring& ring = p.segment->ring(me);
+  char* data = p.segment->data(me);
+  const size_t size = options_.ring_bytes;
+  auto put = [&](uint64_t pos, const char* src, size_t n) {
+    for_ring_bytes(data, size, pos, n, [&](char* dst, size_t len, size_t off) { std::memcpy(dst, src + off, len); });
+  };
+  bool moved = false;
+  while (!p.queue.empty()) {
+    SendReq& r = p.queue.front();
+    const size_t body = r.remote ? kDescriptorBytes : round_up(r.len, kAlign);
+    const uint64_t head = ring.head.load(std::memory_order_relaxed);
+    uint64_t space = size - (head - ring.tail.load(std::memory_order_acquire));
+    size_t wrote = 0;
+    if (r.written == 0) {
+      const size_t first = sizeof(FrameHeader) + (r.remote ? kDescriptorBytes : 0);
+      if (space < first) break;
+      put(head, reinterpret_cast<const char*>(&r.header), sizeof(FrameHeader));
+      if (r.remote) {
+        char block[kDescriptorBytes] = {};
+        Descriptor d{reinterpret_cast<uint64_t>(r.data), r.len, static_cast<int32_t>(::getpid())};
+        std::memcpy(block, &d, sizeof(d));
+        put(head + sizeof(FrameHeader), block, kDescriptorBytes);
+      }
+      wrote = first;
+      space -= first;
+    }
+    if (!r.remote) {
+      const size_t done = r.written + wrote - sizeof(FrameHeader);  // body bytes already in the ring
+      const size_t left = body - done;
+      size_t take = std::min<uint64_t>(left, space);
+      if (take < left) take -= take % kAlign;  // a partial write ends on a cache line
+      if (take > 0) {
+        size_t payload = done < r.len ? std::min(take, r.len - done) : 0;  // the rest is padding
+        if (payload) put(head + wrote, r.data + done, payload);
+        wrote += take;
+      }
+    }
+    if (wrote == 0) break;
+    r.written += wrote;
+    ring.head.store(head + wrote, std::memory_order_release);
+    moved = true;
+    if (r.written < sizeof(FrameHeader) + body) break;  // the ring is full: the rest goes as space frees
+    p.queue.pop_front();
+    ++p.written;
+  }
+  if (moved) ring_doorbell(peer);
+  return moved;
+}
+
+bool ShmTransport::progress() {
+  bool pending = false;
+  for (int q : local_) {
+    if (q == rank_ || peers_[q].queue.empty()) continue;
+    write_some(q);
+    pending |= !peers_[q].queue.empty();
+  }
+  return pending;
+}
+
+void ShmTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
+  Peer& p = peers_[h.peer];
+  const Ring& ring = p.segment->ring(peers_[rank_].local);
+  // In order, as on every transport: h and every earlier frame written, and every single-copy frame up to h
+  // consumed (its payload is read from our memory).
+  const uint64_t need_consumed = std::min(h.index + 1, p.last_remote);
+  wait_until(
+      [&] {
+        return p.written > h.index && ring.consumed.load(std::memory_order_acquire) >= need_consumed;
+      },
+      deadline, h.peer, "to take our data", nullptr);
+}
+
+void ShmTransport::flush(const base::Deadline& deadline) {
+  for (int q : local_) {
+    if (q != rank_ && peers_[q].posted > 0) wait_send(SendHandle{q, peers_[q].posted - 1}, deadline);
+  }
+}
+
+// ---------------------------------------------------------------- receiving
+
+// Receives the next frame from `peer`: on_bytes(src, n, offset) is called on payload bytes as they arrive in
+// the ring (at most two pieces per arrival, each a whole number of elements), on_remote(pid, address, len)
+// once for a single-copy frame.
+template <class OnBytes, class OnRemote>
+void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline,
+                           OnBytes&& on_bytes, OnRemote&& on_remote) {
+  check_usable();
+  const int from = peers_[peer].local;
+  Ring& ring = self_->ring(from);
+  char* data = self_->data(from);
+  const size_t size = options_.ring_bytes;
+  uint64_t tail = ring.tail.load(std::memory_order_relaxed);
+  auto available = [&] { return ring.head.load(std::memory_order_acquire) - tail; };
+  auto get = [&](uint64_t pos, char* dst, size_t n) {
+    for_ring_bytes(data, size, pos, n, [&](char* src, size_t len, size_t off) { std::memcpy(dst + off, src, len); });
+  };
+  wait_until([&] { return available() >= sizeof(FrameHeader); }, deadline, peer, "data", &tag);
+
+  FrameHeader h;
+  get(tail, reinterpret_cast<char*>(&h), sizeof(h));
+  if (!header_intact(h)) check_data_frame(h, tag, len, comm_tag_, rank_, peer);  // names the corruption
+  const bool remote = (h.flags & kFlagRemote) != 0;
+  FrameHeader plain = h;  // the fingerprint without the transport's own flag
+  plain.flags = static_cast<uint8_t>(plain.flags & ~kFlagRemote);
+  plain.checksum = header_checksum(plain);
+  check_data_frame(plain, tag, len, comm_tag_, rank_, peer);
+  tail += sizeof(FrameHeader);
+
+  if (remote) {  // header and descriptor were published together
+    Descriptor d;
+    get(tail, reinterpret_cast<char*>(&d), sizeof(d));
+    if (d.length != len) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("rank {}: a single-copy descriptor from rank {} is corrupt", rank_, peer), peer);
+    }
+    on_remote(static_cast<pid_t>(d.pid), d.address, len);
+    tail += kDescriptorBytes;
+  } else {
+    const size_t body = round_up(len, kAlign);
+    size_t done = 0;
+    while (done < body) {
+      wait_until([&] { return available() > 0; }, deadline, peer, "data", &tag);
+      const size_t got = std::min<uint64_t>(available(), body - done);
+      const size_t payload = done < len ? std::min(got, len - done) : 0;
+      if (payload > 0) {
+        for_ring_bytes(data, size, tail, payload,
+                       [&](const char* src, size_t n, size_t off) { on_bytes(src, n, done + off); });
+      }
+      done += got;
+      tail += got;
+      if (done < body) {
+        // Free the space now: the producer may be waiting for it to write the rest of this frame.
+        ring.tail.store(tail, std::memory_order_release);
+        ring_doorbell(peer);
+      }
+    }
+  }
+  ring.tail.store(tail, std::memory_order_release);
+  ring.consumed.fetch_add(1, std::memory_order_release);
+  ring_doorbell(peer);
+}
+
+void ShmTransport::recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) {
+  char* out = static_cast<char*>(dst);
+  receive(
+      peer, tag, len, deadline, [&](const char* src, size_t n, size_t off) { std::memcpy(out + off, src, n); },
+      [&](pid_t pid, uint64_t address, size_t n) {
+        if (!remote_read(pid, out, address, n)) remote_read_failed(peer);
+      });
+}
+
+void ShmTransport::recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
+                               const Reduction& reduction, const base::Deadline& deadline) {
+  char* out = static_cast<char*>(dst);
+  const char* in = static_cast<const char*>(local);
+  receive(
+      peer, tag, len, deadline,
+      // Straight from the ring: one pass over the incoming bytes.
+      [&](const char* src, size_t n, size_t off) { reduction.apply(out + off, src, in + off, n); },
+      // Single copy into a cache-sized staging piece, reduced as each piece arrives.
+      [&](pid_t pid, uint64_t address, size_t n) {
+        const size_t piece = 64 * 1024;
+        for (size_t off = 0; off < n; off += piece) {
+          size_t m = std::min(piece, n - off);
+          if (!remote_read(pid, staging_.get(), address + off, m)) remote_read_failed(peer);
+          reduction.apply(out + off, staging_.get(), in + off, m);
+        }
+      });
+}
+
+// ---------------------------------------------------------------- failures
+
+void ShmTransport::check_peers() {
+  check_usable();
+  for (int q : local_) {
+    if (q == rank_) continue;
+    if (peers_[q].segment->control.failed.load(std::memory_order_acquire)) throw_peer_failure(q);
+  }
+}
+
+void ShmTransport::fail(const Error& error) noexcept {
+  if (failed_ || closed_) return;
+  failed_.emplace(error);
+  if (!self_) return;
+  auto& c = self_->control;
+  c.fail_code = static_cast<int32_t>(error.code());
+  c.fail_culprit = error.peer();
+  std::string m = error.message().substr(0, sizeof(c.fail_message) - 1);
+  std::memcpy(c.fail_message, m.c_str(), m.size() + 1);
+  c.failed.store(1, std::memory_order_release);
+  for (int q : local_) {
+    if (q != rank_) {
+      peers_[q].queue.clear();  // nobody will take them; they must not point into the caller's buffers later
+      ring_doorbell(q);
+    }
+  }
+  // Peers that are reading our memory (single copy) finish that read before we return to the caller: a
+  // bounded wait for them to notice the failure is not possible without their cooperation, so single-copy
+  // frames already handed out stay readable until the buffers' owner frees them.
+}
+
+void ShmTransport::abort(const std::string& reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    abort_reason_ = reason;
+  }
+  aborted_.store(true, std::memory_order_release);
+  if (self_) {
+    self_->control.doorbell.fetch_add(1);
+    futex(&self_->control.doorbell, FUTEX_WAKE, 1 << 30, nullptr);
+  }
+}
+
+void ShmTransport::close() noexcept {
+  if (closed_ || !self_) return;
+  closed_ = true;
+  if (!failed_ && !aborted_.load()) {
+    try {
+      // Single-copy frames point into our memory: they must be consumed before we go.
+      flush(base::Deadline::after(std::chrono::seconds(2)));
+    } catch (const std::exception& e) {
+      base::log_debug("shm close: unflushed sends dropped: {}", e.what());
+    }
+  }
+  self_->control.closed.store(1, std::memory_order_release);
+  for (int q : local_) {
+    if (q != rank_ && peers_[q].segment) ring_doorbell(q);
+  }
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,119 @@
+// The shared-memory transport: ranks on one host exchange frames through single-producer single-consumer
+// rings in POSIX shared memory, and large payloads move with one copy by cross-memory attach
+// (process_vm_readv) where the kernel allows it. See docs/design.md, "Shared memory inside a host".
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chorus/store.h"
+#include "transport/transport.h"
+
+namespace chorus::transport {
+
+struct ShmOptions {
+  size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
+  size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
+  bool allow_cma = true;                // false: always stream through the rings (CHORUS_SHM_CMA=0)
+  int spin = -1;                        // polls before sleeping; -1: chosen from the core count
+};
+
+struct ShmSegment;
+
+class ShmTransport final : public Transport {
+ public:
+  // `local` lists the communicator ranks on this host (including `rank`), ascending; the transport carries
+  // frames between them only. Creates this rank's segment, publishes its name under key_prefix in the
+  // store, maps every local peer's segment, then unlinks its own name once every peer has mapped it.
+  static std::unique_ptr<ShmTransport> connect(Store& store, const std::string& key_prefix, int rank, int size,
+                                               const std::vector<int>& local, uint64_t comm_tag,
+                                               const ShmOptions& options, base::Deadline deadline);
+  ~ShmTransport() override;
+
+  std::string_view name() const noexcept override { return "shm"; }
+  SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
+                   const base::Deadline& deadline) override;
+  void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override;
+  void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
+                   const Reduction& reduction, const base::Deadline& deadline) override;
+  void wait_send(SendHandle handle, const base::Deadline& deadline) override;
+  void flush(const base::Deadline& deadline) override;
+  void check_peers() override;
+  void fail(const Error& error) noexcept override;
+  void abort(const std::string& reason) noexcept override;
+  void close() noexcept override;
+
+  // Whether large payloads go by cross-memory attach (else they stream through the rings).
+  bool single_copy() const { return cma_; }
+  // When combined with another transport (HybridTransport): called on every polling round, it keeps the
+  // other transport progressing; returns true while it has work in flight (so sleeps stay short).
+  void set_external_progress(std::function<bool()> fn) { external_progress_ = std::move(fn); }
+  // Progress queued sends without waiting; returns true if some are still queued.
+  bool progress();
+
+ private:
+  struct SendReq {
+    FrameHeader header;
+    const char* data;
+    size_t len;
+    size_t written;  // bytes of header + body written into the ring
+    bool remote;     // a single-copy descriptor: the body is the descriptor, the payload stays here
+    uint64_t index;  // frame number on this channel
+  };
+  struct Peer {
+    int local = -1;             // index among the host's ranks
+    ShmSegment* segment = nullptr;  // the peer's mapping
+    size_t map_bytes = 0;
+    int pidfd = -1;
+    pid_t pid = 0;
+    // Channel to the peer: our frames go into the peer's inbound ring for us.
+    std::deque<SendReq> queue;
+    uint64_t posted = 0;     // frames posted
+    uint64_t written = 0;    // frames completely written into the ring
+    uint64_t last_remote = 0;  // index + 1 of the last single-copy frame posted
+    bool dead = false;
+  };
+
+  ShmTransport(int rank, int size, uint64_t comm_tag, const ShmOptions& options);
+  template <class OnBytes, class OnRemote>
+  void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, OnBytes&& on_bytes,
+               OnRemote&& on_remote);
+  bool write_some(int peer);
+  template <class Ready>
+  void wait_until(Ready&& ready, const base::Deadline& deadline, int peer, const char* what, const MessageTag* tag);
+  void ring_doorbell(int peer);
+  void check_liveness();
+  [[noreturn]] void remote_read_failed(int peer);
+  [[noreturn]] void throw_peer_failure(int peer);
+  bool peer_failed(int peer) const;
+  void check_usable();
+
+  uint64_t comm_tag_;
+  ShmOptions options_;
+  bool cma_ = false;
+  int spin_ = 1000;
+  bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
+  std::vector<int> local_;  // communicator ranks on this host
+  std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
+  ShmSegment* self_ = nullptr;
+  size_t self_bytes_ = 0;
+  std::string self_name_;
+  bool self_unlinked_ = false;
+  std::unique_ptr<char[]> staging_;
+  std::function<bool()> external_progress_;
+  std::optional<Error> failed_;
+  bool closed_ = false;
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_reason_;  // guarded by abort_mu_
+};
+
+}  // namespace chorus::transport
