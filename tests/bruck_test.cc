@@ -182,8 +182,10 @@ TEST_P(BruckMatrix, LargeZeroCopySlices) {
 
 std::vector<BruckParam> params() {
   std::vector<BruckParam> out;
-  for (TransportKind t : {TransportKind::InProc, TransportKind::Tcp}) {
-    for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+  // The collective matrix covers correctness on every transport and size; these runs add the per-call traffic
+  // assertion, on sizes that exercise the folding of non-powers of two and the wrap-around of rotations.
+  for (TransportKind t : {TransportKind::InProc}) {
+    for (int n : {3, 6, 9, 12}) {
       for (Algo a : {Algo::AllGatherBruck, Algo::AllToAllBruck, Algo::ReduceScatterPairwise}) out.push_back({t, n, a});
     }
   }

@@ -11,6 +11,20 @@ namespace chorus::algo {
 // ---- all_reduce ----
 // ring.cc: reduce-scatter + all-gather, pipelined in slices; per-rank traffic 2(N-1)/N x K.
 void all_reduce_ring(OpContext& c, const void* send, void* recv, size_t count);
+// ring.cc: steps [first_step, end_step) of the ring all_reduce, so its halves can run apart: steps 0..N-2 are
+// the reduce-scatter (this rank ends owning segment `rank` of Partition{count, N}, reduced into recv; the
+// last step applies reduce_final), steps N-1..2N-3 the all-gather of the owned segments.
+void ring_steps(OpContext& c, const void* send, void* recv, size_t count, int first_step, int end_step);
+// hierarchical.cc: ring reduce-scatter inside each host, all_reduce of each rank's segment across hosts
+// among the ranks with the same local index (ring or tree, whichever the model finds cheaper), ring
+// all-gather inside each host. Needs the same number of ranks on every host.
+void all_reduce_hierarchical(OpContext& c, const void* send, void* recv, size_t count);
+// hierarchical.cc: the same idea for the other collectives. all_gather: the blocks of each column cross hosts
+// once, then each host shares them; reduce_scatter: the mirror, with H blocks of scratch; broadcast: the
+// root's column across hosts, then inside each host. Same requirement as all_reduce_hierarchical.
+void all_gather_hierarchical(OpContext& c, const void* send, void* recv, size_t count);
+void reduce_scatter_hierarchical(OpContext& c, const void* send, void* recv, size_t count);
+void broadcast_hierarchical(OpContext& c, const void* send, void* recv, size_t count, int root);
 // tree.cc: NCCL-style double binary tree; each tree reduces up and broadcasts down half of the data,
 // pipelined in slices.
 void all_reduce_tree(OpContext& c, const void* send, void* recv, size_t count);

@@ -18,4 +18,17 @@ char* Scratch::buffer(size_t bytes) {
   return buf_.get();
 }
 
+std::vector<int> Topology::ranks_on(int h) const {
+  std::vector<int> out;
+  for (int r = 0; r < static_cast<int>(host_of.size()); ++r)
+    if (host_of[r] == h) out.push_back(r);
+  return out;
+}
+
+int Topology::local_index(int r) const {
+  int i = 0;
+  for (int q = 0; q < r; ++q) i += host_of[q] == host_of[r];
+  return i;
+}
+
 }  // namespace chorus::algo

@@ -39,12 +39,39 @@ class Scratch {
   std::vector<uint32_t> send_steps_, recv_steps_;
 };
 
-// Everything an algorithm needs for one call.
+// The link figures the cost model uses, all in seconds: alpha is the latency of one hop on the critical
+// path, overhead the CPU time to send or receive one message, beta the time per byte on the wire, gamma the
+// time per byte reduced (or copied).
+struct LinkModel {
+  double alpha = 20e-6;
+  double overhead = 2e-6;
+  double beta = 0.4e-9;
+  double gamma = 0.3e-9;
+};
+
+// Which ranks share a host: host_of[r] is the index of rank r's host (hosts numbered in order of their
+// lowest rank); `ranks_per_host` is 0 when hosts hold different numbers of ranks.
+struct Topology {
+  std::vector<int> host_of;
+  int hosts = 1;
+  int ranks_per_host = 0;
+  // The ranks on host h, ascending, and rank r's index among them.
+  std::vector<int> ranks_on(int h) const;
+  int local_index(int r) const;
+};
+
+// Everything an algorithm needs for one call. An algorithm may run on a group of the communicator's ranks
+// (a hierarchical algorithm's stages do): `rank` and `size` are then positions in the group and `members`
+// maps a position to the communicator rank the transport knows.
 struct OpContext {
   transport::Transport* transport = nullptr;
   Scratch* scratch = nullptr;
   int rank = 0;
   int size = 1;
+  const int* members = nullptr;  // null: the group is the whole communicator
+  int world_size = 1;            // the communicator's size (frames are numbered per communicator rank)
+  const Topology* topology = nullptr;
+  const LinkModel* inter_link = nullptr;  // between hosts, for the stage choices of hierarchical algorithms
   transport::MessageTag tag;  // the operation's fingerprint; `step` is filled per frame
   base::Deadline deadline;
   size_t slice_bytes = 512 * 1024;  // a multiple of esize
@@ -63,27 +90,31 @@ struct OpContext {
 
 class Prims {
  public:
-  explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->reset_steps(ctx.size); }
+  explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->reset_steps(std::max(ctx.world_size, ctx.size)); }
 
+  // `peer` is a position in the context's group.
   transport::SendHandle send(int peer, const void* data, size_t bytes) {
+    const int to = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->send_steps()[peer]++;
-    auto h = c_.transport->isend(peer, t, data, bytes, c_.deadline);
-    count_sent(peer, bytes);
+    t.step = c_.scratch->send_steps()[to]++;
+    auto h = c_.transport->isend(to, t, data, bytes, c_.deadline);
+    count_sent(to, bytes);
     return h;
   }
   void recv(int peer, void* dst, size_t bytes) {
+    const int from = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->recv_steps()[peer]++;
-    c_.transport->recv(peer, t, dst, bytes, c_.deadline);
-    count_received(peer, bytes);
+    t.step = c_.scratch->recv_steps()[from]++;
+    c_.transport->recv(from, t, dst, bytes, c_.deadline);
+    count_received(from, bytes);
   }
   // dst = incoming (op) local; `last` applies the final step of Avg (divide by the world size).
   void recv_reduce(int peer, void* dst, const void* local, size_t bytes, bool last = false) {
+    const int from = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->recv_steps()[peer]++;
-    c_.transport->recv_reduce(peer, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
-    count_received(peer, bytes);
+    t.step = c_.scratch->recv_steps()[from]++;
+    c_.transport->recv_reduce(from, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
+    count_received(from, bytes);
   }
   void recv_copy_send(int from, int to, void* dst, size_t bytes) {
     recv(from, dst, bytes);
@@ -94,6 +125,7 @@ class Prims {
     send(to, dst, bytes);
   }
   void wait(transport::SendHandle h) { c_.transport->wait_send(h, c_.deadline); }
+  int global(int peer) const { return c_.members ? c_.members[peer] : peer; }
   void flush() { c_.transport->flush(c_.deadline); }
 
   const OpContext& ctx() const { return c_; }

@@ -196,6 +196,58 @@ Cost all_reduce_reduce_broadcast_cost(const CallShape& s, const LinkModel& l) {
   double k = s.bytes(), lg = ceil_log2(s.size), S = slices(k, s.slice_bytes);
   return model(l, 2 * lg + S - 1, 2 * lg * S, lg * k, lg * k);
 }
+Cost all_reduce_hierarchical_cost(const CallShape& s, const LinkModel& l) {
+  if (!s.topology || s.topology->ranks_per_host == 0) return {1e9, 0};
+  const int m = s.topology->ranks_per_host, hosts = s.topology->hosts;
+  const LinkModel& intra = s.intra ? *s.intra : l;
+  double k = s.bytes(), mm = m, S = slices(k / mm, s.slice_bytes);
+  // Stages 1 and 3 inside the host: a ring reduce-scatter and a ring all-gather of K.
+  // On one host it is the ring's two halves run apart: never worth choosing over the ring (it can still be
+  // forced, which is how the single-host tests run it).
+  if (hosts == 1) return {std::numeric_limits<double>::infinity(), 0};
+  Cost inside = model(intra, 2 * (mm - 1) + S - 1, 4 * (mm - 1) * S, 2 * (mm - 1) / mm * k, (mm - 1) / mm * k);
+  if (m == 1) inside = {};
+  // Stage 2 across hosts: K/M bytes among H ranks, by the cheaper of ring and tree.
+  CallShape col = s;
+  col.size = hosts;
+  col.count = s.count / static_cast<size_t>(m) + 1;  // ring and tree costs per rank scale alike; only their ratio matters here
+  Cost ring = all_reduce_ring_cost(col, l), tree = all_reduce_tree_cost(col, l);
+  Cost across = tree.total() < ring.total() ? tree : ring;
+  return {inside.latency + across.latency, inside.bandwidth + across.bandwidth};
+}
+
+bool symmetric_hosts(const CallShape& s) { return s.topology && s.topology->ranks_per_host > 0; }
+
+Traffic all_reduce_hierarchical_traffic(const CallShape& s) {
+  Traffic t;
+  if (s.size == 1 || !s.topology) return t;
+  const Topology& topo = *s.topology;
+  const int m = static_cast<int>(topo.ranks_on(topo.host_of[s.rank]).size());
+  const int li = topo.local_index(s.rank);
+  Partition part{s.count, m};
+  auto seg = [&](int i) -> uint64_t { return part.size(mod(i, m)) * s.esize; };
+  for (int step = 0; step + 1 < m; ++step) {  // stage 1 (reduce-scatter) and stage 3 (all-gather) in the host
+    t.sent += seg(li - step - 1) + seg(li - step);
+    t.received += seg(li - step - 2) + seg(li - step - 1);
+  }
+  if (topo.hosts > 1) {  // stage 2: this rank's segment among the column, by ring or tree
+    CallShape col = s;
+    col.size = topo.hosts;
+    col.rank = topo.host_of[s.rank];
+    col.count = part.size(li);
+    col.topology = nullptr;
+    // The same choice as the algorithm makes (bare formulas, the inter-host link figures).
+    const LinkModel inter = s.inter ? *s.inter : LinkModel{};
+    bool tree = all_reduce_tree_cost(col, inter).total() < all_reduce_ring_cost(col, inter).total();
+    Traffic c = tree ? all_reduce_tree_traffic(col) : all_reduce_ring_traffic(col);
+    t.sent += c.sent;
+    t.received += c.received;
+  }
+  return t;
+}
+
+
+
 Cost all_reduce_direct_cost(const CallShape& s, const LinkModel& l) {
   double n = s.size, k = s.bytes(), S = slices(k / n, s.slice_bytes);
   return model(l, 2 + S - 1, 4 * (n - 1) * S, 2 * (n - 1) / n * k, (n - 1) / n * k);
@@ -244,6 +296,89 @@ Cost broadcast_chain_cost(const CallShape& s, const LinkModel& l) {
   return model(l, n - 1 + S - 1, 2 * S, k, 0);
 }
 
+// The other hierarchical collectives (hierarchical.cc). H hosts of M ranks; `block` is one rank's block.
+struct HierShape {
+  int hosts, m;
+  double block;
+};
+HierShape hier_shape(const CallShape& s) {
+  const Topology& topo = *s.topology;
+  return {topo.hosts, static_cast<int>(topo.ranks_on(topo.host_of[s.rank]).size()),
+          static_cast<double>(s.count * s.esize)};
+}
+
+Traffic all_gather_hierarchical_traffic(const CallShape& s) {
+  if (s.size == 1 || !s.topology) return {};
+  HierShape h = hier_shape(s);
+  uint64_t b = s.count * s.esize;
+  uint64_t x = static_cast<uint64_t>(h.hosts - 1) * b + static_cast<uint64_t>(h.m - 1) * h.hosts * b;
+  return {x, x};
+}
+Traffic reduce_scatter_hierarchical_traffic(const CallShape& s) { return all_gather_hierarchical_traffic(s); }
+
+// Whether a hierarchical broadcast stage of `size` ranks runs the chain (else the binomial tree).
+bool broadcast_stage_is_chain(const CallShape& s, int size) {
+  CallShape g = s;
+  g.size = size;
+  g.topology = nullptr;
+  const LinkModel l = s.inter ? *s.inter : LinkModel{};
+  return broadcast_chain_cost(g, l).total() < broadcast_binomial_cost(g, l).total();
+}
+
+Traffic broadcast_hierarchical_traffic(const CallShape& s) {
+  Traffic t;
+  if (s.size == 1 || !s.topology) return t;
+  const Topology& topo = *s.topology;
+  const int host = topo.host_of[s.rank], li = topo.local_index(s.rank);
+  const int root_host = topo.host_of[s.root], root_li = topo.local_index(s.root);
+  const int m = static_cast<int>(topo.ranks_on(host).size());
+  auto add = [&](int size, int rank, int root) {
+    CallShape g = s;
+    g.size = size;
+    g.rank = rank;
+    g.root = root;
+    g.topology = nullptr;
+    Traffic x = broadcast_stage_is_chain(s, size) ? broadcast_chain_traffic(g) : broadcast_binomial_traffic(g);
+    t.sent += x.sent;
+    t.received += x.received;
+  };
+  if (topo.hosts > 1 && li == root_li) add(topo.hosts, host, root_host);
+  if (m > 1) add(m, li, root_li);
+  return t;
+}
+
+Cost all_gather_hierarchical_cost(const CallShape& s, const LinkModel& l) {
+  if (!s.topology || s.topology->ranks_per_host == 0 || s.topology->hosts == 1) {
+    return {std::numeric_limits<double>::infinity(), 0};
+  }
+  const LinkModel& intra = s.intra ? *s.intra : l;
+  double hosts = s.topology->hosts, m = s.topology->ranks_per_host, block = s.count * static_cast<double>(s.esize);
+  Cost across = model(l, 1, 2 * (hosts - 1) * slices(block, s.slice_bytes), (hosts - 1) * block, 0);
+  Cost inside = model(intra, m > 1 ? 1 : 0, 2 * (m - 1) * slices(hosts * block, s.slice_bytes),
+                      (m - 1) * hosts * block, 0);
+  return {across.latency + inside.latency, across.bandwidth + inside.bandwidth};
+}
+Cost reduce_scatter_hierarchical_cost(const CallShape& s, const LinkModel& l) {
+  Cost c = all_gather_hierarchical_cost(s, l);
+  if (!std::isfinite(c.total())) return c;
+  double hosts = s.topology->hosts, m = s.topology->ranks_per_host, block = s.count * static_cast<double>(s.esize);
+  const LinkModel& intra = s.intra ? *s.intra : l;
+  return {c.latency, c.bandwidth + (m - 1) * hosts * block * intra.gamma + (hosts - 1) * block * l.gamma};
+}
+Cost broadcast_hierarchical_cost(const CallShape& s, const LinkModel& l) {
+  if (!s.topology || s.topology->ranks_per_host == 0 || s.topology->hosts == 1) {
+    return {std::numeric_limits<double>::infinity(), 0};
+  }
+  auto stage = [&](int size, const LinkModel& link) {
+    CallShape g = s;
+    g.size = size;
+    Cost a = broadcast_chain_cost(g, link), b = broadcast_binomial_cost(g, link);
+    return a.total() < b.total() ? a : b;
+  };
+  Cost across = stage(s.topology->hosts, l), inside = stage(s.topology->ranks_per_host, s.intra ? *s.intra : l);
+  return {across.latency + inside.latency, across.bandwidth + inside.bandwidth};
+}
+
 Cost reduce_binomial_cost(const CallShape& s, const LinkModel& l) {
   double k = s.bytes(), lg = ceil_log2(s.size), S = slices(k, s.slice_bytes);
   return model(l, lg + S - 1, 2 * lg * S, k, lg * k);
@@ -284,6 +419,12 @@ void run_all_reduce_rb(OpContext& c, const void* s, void* r, size_t n, int) {
   all_reduce_reduce_broadcast(c, s, r, n);
 }
 void run_all_reduce_direct(OpContext& c, const void* s, void* r, size_t n, int) { all_reduce_direct(c, s, r, n); }
+void run_all_reduce_hier(OpContext& c, const void* s, void* r, size_t n, int) { all_reduce_hierarchical(c, s, r, n); }
+void run_all_gather_hier(OpContext& c, const void* s, void* r, size_t n, int) { all_gather_hierarchical(c, s, r, n); }
+void run_rs_hier(OpContext& c, const void* s, void* r, size_t n, int) { reduce_scatter_hierarchical(c, s, r, n); }
+void run_bcast_hier(OpContext& c, const void* s, void* r, size_t n, int root) {
+  broadcast_hierarchical(c, s, r, n, root);
+}
 void run_all_gather_ring(OpContext& c, const void* s, void* r, size_t n, int) { all_gather_ring(c, s, r, n); }
 void run_all_gather_rd(OpContext& c, const void* s, void* r, size_t n, int) {
   all_gather_recursive_doubling(c, s, r, n);
@@ -325,12 +466,16 @@ const Algorithm kAllReduce[] = {
     {C::AllReduce, "reduce_broadcast", AlgoId::ReduceBroadcast, run_all_reduce_rb,
      all_reduce_reduce_broadcast_traffic, all_reduce_reduce_broadcast_cost},
     {C::AllReduce, "direct", AlgoId::Direct, run_all_reduce_direct, all_reduce_direct_traffic, all_reduce_direct_cost},
+    {C::AllReduce, "hierarchical", AlgoId::Hierarchical, run_all_reduce_hier, all_reduce_hierarchical_traffic,
+     all_reduce_hierarchical_cost, symmetric_hosts, "the same number of ranks on every host"},
 };
 const Algorithm kAllGather[] = {
     {C::AllGather, "ring", AlgoId::Ring, run_all_gather_ring, block_ring_traffic, all_gather_ring_cost},
     {C::AllGather, "recursive_doubling", AlgoId::RecursiveDoubling, run_all_gather_rd,
      all_gather_recursive_doubling_traffic, all_gather_recursive_doubling_cost},
     {C::AllGather, "bruck", AlgoId::Bruck, run_all_gather_bruck, all_gather_bruck_traffic, all_gather_bruck_cost},
+    {C::AllGather, "hierarchical", AlgoId::Hierarchical, run_all_gather_hier, all_gather_hierarchical_traffic,
+     all_gather_hierarchical_cost, symmetric_hosts, "the same number of ranks on every host"},
 };
 const Algorithm kReduceScatter[] = {
     {C::ReduceScatter, "ring", AlgoId::Ring, run_rs_ring, block_ring_traffic, reduce_scatter_ring_cost},
@@ -338,6 +483,8 @@ const Algorithm kReduceScatter[] = {
      reduce_scatter_recursive_halving_traffic, reduce_scatter_recursive_halving_cost},
     {C::ReduceScatter, "pairwise", AlgoId::Pairwise, run_rs_pairwise, reduce_scatter_pairwise_traffic,
      reduce_scatter_pairwise_cost},
+    {C::ReduceScatter, "hierarchical", AlgoId::Hierarchical, run_rs_hier, reduce_scatter_hierarchical_traffic,
+     reduce_scatter_hierarchical_cost, symmetric_hosts, "the same number of ranks on every host"},
 };
 const Algorithm kBroadcast[] = {
     {C::Broadcast, "binomial", AlgoId::Binomial, run_bcast_binomial, broadcast_binomial_traffic,
@@ -345,6 +492,8 @@ const Algorithm kBroadcast[] = {
     {C::Broadcast, "scatter_allgather", AlgoId::ScatterAllgather, run_bcast_sag,
      broadcast_scatter_allgather_traffic, broadcast_scatter_allgather_cost},
     {C::Broadcast, "chain", AlgoId::Chain, run_bcast_chain, broadcast_chain_traffic, broadcast_chain_cost},
+    {C::Broadcast, "hierarchical", AlgoId::Hierarchical, run_bcast_hier, broadcast_hierarchical_traffic,
+     broadcast_hierarchical_cost, symmetric_hosts, "the same number of ranks on every host"},
 };
 const Algorithm kReduce[] = {
     {C::Reduce, "binomial", AlgoId::Binomial, run_reduce_binomial, reduce_binomial_traffic, reduce_binomial_cost},
@@ -459,6 +608,10 @@ const Algorithm& choose_algorithm(const CallShape& s, const LinkModel& link, con
   const Algorithm* best = &algos[0];
   double best_t = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < algos.size(); ++i) {
+    if (algos[i].applicable && !algos[i].applicable(s)) {
+      if (estimates) estimates[i] = std::numeric_limits<double>::infinity();
+      continue;
+    }
     double t = estimate(algos[i], s, link, calibration ? calibration[i] : Calibration{});
     if (estimates) estimates[i] = t;
     if (t < best_t) {

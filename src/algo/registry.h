@@ -36,6 +36,11 @@ struct CallShape {
   size_t count = 0;
   size_t esize = 4;
   size_t slice_bytes = 512 * 1024;
+  // Which ranks share a host, and the links inside a host (the `link` given to a cost function is the slowest
+  // level: between hosts when there are several). Null when unknown.
+  const Topology* topology = nullptr;
+  const LinkModel* intra = nullptr;
+  const LinkModel* inter = nullptr;
 
   // The nccl-tests "size" of the call in bytes (the whole gathered or scattered buffer for all_gather,
   // reduce_scatter, all_to_all, gather and scatter).
@@ -46,16 +51,6 @@ struct CallShape {
 struct Traffic {
   uint64_t sent = 0;
   uint64_t received = 0;
-};
-
-// The link figures the cost model uses, all in seconds: alpha is the latency of one hop on the critical
-// path, overhead the CPU time to send or receive one message, beta the time per byte on the wire, gamma the
-// time per byte reduced (or copied).
-struct LinkModel {
-  double alpha = 20e-6;
-  double overhead = 2e-6;
-  double beta = 0.4e-9;
-  double gamma = 0.3e-9;
 };
 
 // An estimate in its two parts: what the link's latency and per-message costs contribute, and what bytes
@@ -84,6 +79,8 @@ using RunFn = void (*)(OpContext& c, const void* send, void* recv, size_t count,
 using TrafficFn = Traffic (*)(const CallShape& s);
 using CostFn = Cost (*)(const CallShape& s, const LinkModel& link);
 
+using ApplicableFn = bool (*)(const CallShape& s);
+
 struct Algorithm {
   Collective coll;
   const char* name;
@@ -91,6 +88,8 @@ struct Algorithm {
   RunFn run;
   TrafficFn traffic;
   CostFn cost;
+  ApplicableFn applicable = nullptr;  // null: any call; else the automatic choice skips calls it rejects
+  const char* requirement = "";       // what `applicable` needs, for the error when it is forced anyway
 };
 
 // Every algorithm of `c`, in a fixed order (the first is the default when the model has no preference).

@@ -29,7 +29,7 @@ void for_each_slice(size_t seg_off_bytes, size_t seg_bytes, size_t slice_bytes, 
 
 }  // namespace
 
-void all_reduce_ring(OpContext& c, const void* send, void* recv, size_t count) {
+void ring_steps(OpContext& c, const void* send, void* recv, size_t count, int first_step, int end_step) {
   Ring ring(c);
   Prims prims(c);
   const int n = ring.size;
@@ -38,18 +38,21 @@ void all_reduce_ring(OpContext& c, const void* send, void* recv, size_t count) {
   Partition part{count, n};
   auto seg_off = [&](int s) { return part.offset(s) * c.esize; };
   auto seg_bytes = [&](int s) { return part.size(s) * c.esize; };
+  // Which segment step t receives (and step t+1 sends): reduce-scatter steps 0..n-2 end with this rank
+  // owning segment r; all-gather steps n-1..2n-3 pass the finished segments on.
+  auto received = [&](int t) { return t < n - 1 ? mod(ring.rank - t - 2, n) : mod(ring.rank - (t - (n - 1)) - 1, n); };
 
-  // Step 0 sends segment r-1 as it is.
-  int first = mod(ring.rank - 1, n);
+  // The first step's send: the input's segment r-1, or (starting with the all-gather) the owned segment r.
+  const int first = first_step == 0 ? mod(ring.rank - 1, n) : received(first_step - 1);
+  const char* first_src = first_step == 0 ? in : out;
   for_each_slice(seg_off(first), seg_bytes(first), c.slice_bytes,
-                 [&](size_t off, size_t len) { prims.send(ring.right, in + off, len); });
+                 [&](size_t off, size_t len) { prims.send(ring.right, first_src + off, len); });
 
-  const int steps = 2 * (n - 1);
-  for (int t = 0; t < steps; ++t) {
+  for (int t = first_step; t < end_step; ++t) {
     bool reducing = t < n - 1;
-    int seg = reducing ? mod(ring.rank - t - 2, n) : mod(ring.rank - (t - (n - 1)) - 1, n);
+    int seg = received(t);
     bool last_reduce = t == n - 2;
-    bool forward = t + 1 < steps;
+    bool forward = t + 1 < end_step;
     for_each_slice(seg_off(seg), seg_bytes(seg), c.slice_bytes, [&](size_t off, size_t len) {
       if (reducing) {
         prims.recv_reduce(ring.left, out + off, in + off, len, last_reduce);
@@ -60,6 +63,10 @@ void all_reduce_ring(OpContext& c, const void* send, void* recv, size_t count) {
     });
   }
   prims.flush();
+}
+
+void all_reduce_ring(OpContext& c, const void* send, void* recv, size_t count) {
+  ring_steps(c, send, recv, count, 0, 2 * (c.size - 1));
 }
 
 void all_gather_ring(OpContext& c, const void* send, void* recv, size_t count) {

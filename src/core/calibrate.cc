@@ -5,6 +5,7 @@
 // message per byte; gamma is the speed of the float32 sum kernel on a cache-sized buffer, which is how the
 // transports reduce (in 64 KiB pieces).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -113,8 +114,9 @@ double time_collective(Communicator& comm, algo::Collective coll, const std::str
   };
   // Timed as chorus-perf (and nccl-tests) time: iterations back to back after a barrier, the average per
   // iteration, averaged over ranks; the median of a few such batches.
-  const int iters = bytes <= (64u << 10) ? 20 : bytes <= (1u << 20) ? 6 : 2;
-  const int batches = bytes <= (1u << 20) ? 5 : 3;
+  // Few-microsecond calls need many iterations to rise above a shared machine's jitter.
+  const int iters = bytes <= (16u << 10) ? 60 : bytes <= (256u << 10) ? 20 : bytes <= (2u << 20) ? 6 : 2;
+  const int batches = bytes <= (1u << 20) ? 7 : 3;
   once();
   std::vector<double> t;
   for (int i = 0; i < batches; ++i) {
@@ -170,12 +172,13 @@ std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::L
   std::vector<AlgorithmFit> fits;
   const int n = comm.size();
   std::vector<size_t> sizes;
-  for (size_t b = 8; b <= max_bytes; b *= 8) sizes.push_back(b);
+  for (size_t b = 8; b <= max_bytes; b *= 4) sizes.push_back(b);
   std::vector<char> a(max_bytes * 2 + 64, 1), b(max_bytes * 2 + 64, 0);
   for (algo::Collective coll : {algo::Collective::AllReduce, algo::Collective::AllGather,
                                 algo::Collective::ReduceScatter, algo::Collective::Broadcast, algo::Collective::Reduce,
                                 algo::Collective::AllToAll}) {
     for (const algo::Algorithm& alg : algo::algorithms_for(coll)) {
+      if (alg.applicable) continue;  // topology-dependent (hierarchical): its stages use calibrated levels
       std::vector<algo::Cost> model;
       std::vector<double> measured;
       for (size_t bytes : sizes) {
@@ -188,8 +191,10 @@ std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::L
         s.count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
         s.slice_bytes = comm.options().slice_bytes;
         model.push_back(alg.cost(s, link));
+        if (!std::isfinite(model.back().total())) break;  // never chosen in this setting (one host): no fit
         measured.push_back(time_collective(comm, coll, alg.name, bytes, a, b));
       }
+      if (measured.size() < sizes.size()) continue;
       AlgorithmFit f = fit(model, measured);
       for (size_t i = 0; i < sizes.size(); ++i) {
         double est = f.latency_factor * model[i].latency + f.bandwidth_factor * model[i].bandwidth;

@@ -2,6 +2,7 @@
 // algorithms, and the failure state.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,9 @@ class OpScope {
     c.scratch = &impl_.scratch;
     c.rank = impl_.rank;
     c.size = impl_.size;
+    c.world_size = impl_.size;
+    c.topology = &impl_.topology;
+    c.inter_link = &impl_.link;
     c.sent_to = impl_.sent_to.data();
     c.received_from = impl_.received_from.data();
     c.tag.op = kind;
@@ -80,25 +84,26 @@ class OpScope {
     try {
       body();
     } catch (const Error& e) {
-      fail(e);
-      throw;
+      throw fail(e);
     } catch (const std::bad_alloc&) {
-      Error e(ErrorCode::Internal, fmt::format("{}: out of memory", op_));
-      fail(e);
-      throw e;
+      throw fail(Error(ErrorCode::Internal, fmt::format("{}: out of memory", op_)));
     } catch (const std::exception& e) {
-      Error err(ErrorCode::Internal, fmt::format("{}: {}", op_, e.what()));
-      fail(err);
-      throw err;
+      throw fail(Error(ErrorCode::Internal, fmt::format("{}: {}", op_, e.what())));
     }
   }
 
  private:
-  void fail(const Error& e) {
+  // Records the failure and returns the error to throw.
+  Error fail(const Error& original) {
+    Error e = impl_.explain(original);
     impl_.failure.emplace(e);
     impl_.failed.store(true, std::memory_order_release);
     base::log_warn("{} failed: {} [{}]", op_, e.message(), to_string(e.code()));
+    // The record goes to the store before the connections are torn down: a peer that sees them go looks it up
+    // (Impl::explain) and learns the real cause, even if our abort frames never reach it.
+    impl_.record_failure(e);
     impl_.transport->fail(e);
+    return e;
   }
 
   Communicator::Impl& impl_;
@@ -135,6 +140,9 @@ algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
   s.count = call.count;
   s.esize = dtype_size(call.dtype);
   s.slice_bytes = std::max(s.esize, impl.config.slice_bytes - impl.config.slice_bytes % s.esize);
+  s.topology = &impl.topology;
+  s.intra = &impl.intra_link;
+  s.inter = &impl.link;
   return s;
 }
 
@@ -145,35 +153,65 @@ const algo::Algorithm& select_algorithm(Communicator::Impl& impl, const CollCall
   std::string_view name = call.opts && !call.opts->algorithm.empty()
                               ? call.opts->algorithm
                               : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
+  auto algos = algo::algorithms_for(call.coll);
+  const auto& calibration = impl.calibration[static_cast<int>(call.coll)];
+  const algo::Algorithm* chosen = nullptr;
   if (!name.empty()) {
-    const algo::Algorithm* a = algo::find_algorithm(call.coll, name);
-    if (!a) {
+    chosen = algo::find_algorithm(call.coll, name);
+    if (!chosen) {
       base::throw_error(ErrorCode::InvalidArgument,
                         fmt::format("{}: no algorithm named '{}' (valid: {})", call.op_name, name,
                                     algo::algorithm_names(call.coll)));
     }
-    auto algos = algo::algorithms_for(call.coll);
-    *forced = true;
-    *estimate = algo::estimate(*a, shape, impl.link, impl.calibration[static_cast<int>(call.coll)][a - algos.data()]);
-    return *a;
-  }
-  *forced = false;
-  double estimates[16];
-  const algo::Algorithm& a =
-      algo::choose_algorithm(shape, impl.link, impl.calibration[static_cast<int>(call.coll)].data(), estimates);
-  auto algos = algo::algorithms_for(call.coll);
-  *estimate = estimates[&a - algos.data()];
-  if (base::log_enabled(base::LogLevel::Info) &&
-      impl.logged_choices.insert({static_cast<int>(call.coll), shape.bytes()}).second) {
-    std::string alternatives;
-    for (size_t i = 0; i < algos.size(); ++i) {
-      alternatives += fmt::format("{}{} {:.1f} us", i ? ", " : "", algos[i].name, estimates[i] * 1e6);
+    if (chosen->applicable && !chosen->applicable(shape)) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("{}: algorithm '{}' needs {}", call.op_name, chosen->name, chosen->requirement));
     }
-    base::log_info("{} of {} bytes on {} ranks: {} (estimates: {})", algo::collective_name(call.coll), shape.bytes(),
-                   impl.size, a.name, alternatives);
   }
-  return a;
+  *forced = chosen != nullptr;
+  const uint64_t key = (static_cast<uint64_t>(call.coll) << 56) |
+                       (static_cast<uint64_t>(chosen ? chosen - algos.data() + 1 : 0) << 48) |
+                       (static_cast<uint64_t>(shape.bytes()) & ((uint64_t{1} << 48) - 1));
+  if (auto it = impl.choices.find(key); it != impl.choices.end()) {
+    *estimate = it->second.second;
+    return *it->second.first;
+  }
+  if (chosen) {
+    *estimate = algo::estimate(*chosen, shape, impl.link, calibration[chosen - algos.data()]);
+  } else {
+    double estimates[16];
+    chosen = &algo::choose_algorithm(shape, impl.link, calibration.data(), estimates);
+    *estimate = estimates[chosen - algos.data()];
+    if (base::log_enabled(base::LogLevel::Info) &&
+        impl.logged_choices.insert({static_cast<int>(call.coll), shape.bytes()}).second) {
+      std::string alternatives;
+      for (size_t i = 0; i < algos.size(); ++i) {
+        alternatives += fmt::format("{}{} {:.1f} us", i ? ", " : "", algos[i].name, estimates[i] * 1e6);
+      }
+      base::log_info("{} of {} bytes on {} ranks: {} (estimates: {})", algo::collective_name(call.coll),
+                     shape.bytes(), impl.size, chosen->name, alternatives);
+    }
+  }
+  if (impl.choices.size() < 4096) impl.choices.emplace(key, std::make_pair(chosen, *estimate));
+  return *chosen;
 }
+
+// Marks the collective in progress for the stall check, for the scope of one call.
+class CurrentOpScope {
+ public:
+  CurrentOpScope(Communicator::Impl& impl, const transport::MessageTag& tag) : impl_(impl) {
+    auto& cur = impl.current;
+    cur.active = true;
+    cur.tag = tag;
+    cur.start = std::chrono::steady_clock::now();
+    cur.last_check = cur.start;
+    cur.published = false;
+  }
+  ~CurrentOpScope() { impl_.current.active = false; }
+
+ private:
+  Communicator::Impl& impl_;
+};
 
 void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& call) {
   algo::CallShape shape = shape_of(impl, call);
@@ -181,6 +219,7 @@ void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& ca
   double estimate = 0;
   const algo::Algorithm& algorithm = select_algorithm(impl, call, shape, &forced, &estimate);
   algo::OpContext c = scope.context(call.kind, algorithm.id, call.count, call.dtype, call.rop, call.root);
+  CurrentOpScope current(impl, c.tag);
   scope.run([&] {
     impl.transport->check_peers();
     if (impl.size == 1) {
@@ -215,6 +254,71 @@ void record_p2p(Communicator::Impl& impl, const char* what, size_t count, uint64
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- failure records
+
+void Communicator::Impl::record_failure(const Error& e) noexcept {
+  try {
+    store->set(fmt::format("{}failed/{}", key_prefix, rank),
+               fmt::format("{}\n{}\n{}", static_cast<int>(e.code()), e.peer(), e.message()));
+  } catch (const std::exception&) {
+    // The store may be the thing that is gone; the abort frames still carry the cause.
+  }
+}
+
+Error Communicator::Impl::explain(const Error& e) noexcept {
+  // A lost peer may not be the culprit: it may have failed first, for its own reason, and left. Its record
+  // (written before it dropped its connections) says why; give it a moment to land.
+  if (e.code() != ErrorCode::PeerLost || e.peer() < 0 || e.peer() >= size || e.peer() == rank) return e;
+  try {
+    std::string key = fmt::format("{}failed/{}", key_prefix, e.peer());
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!store->check({key})) {
+      if (std::chrono::steady_clock::now() >= until) return e;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::string rec = store->get(key, std::chrono::seconds(1));
+    size_t a = rec.find('\n'), b = rec.find('\n', a + 1);
+    if (a == std::string::npos || b == std::string::npos) return e;
+    int code = std::stoi(rec.substr(0, a)), culprit = std::stoi(rec.substr(a + 1, b - a - 1));
+    return Error(static_cast<ErrorCode>(code),
+                 fmt::format("rank {} failed and left: {}", e.peer(), rec.substr(b + 1)),
+                 culprit >= 0 ? culprit : e.peer());
+  } catch (const std::exception&) {
+    return e;
+  }
+}
+
+// ---------------------------------------------------------------- stalls
+
+void Communicator::Impl::on_stall() {
+  if (!current.active || config.mismatch_check.count() == 0 || size == 1) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - current.start < config.mismatch_check) return;
+  if (current.published && now - current.last_check < std::chrono::milliseconds(500)) return;
+  current.last_check = now;
+  // Ranks stuck at the same sequence number publish what they are doing; two different operations there are
+  // certainly a mismatch (a slow rank that has not reached the call yet publishes nothing and is no conclusion).
+  const std::string mine = transport::describe_operation(current.tag);
+  const std::string base = fmt::format("{}op/{}/", key_prefix, current.tag.seq);
+  if (!current.published) {
+    store->set(base + std::to_string(rank), mine);
+    current.published = true;
+  }
+  for (int q = 0; q < size; ++q) {
+    if (q == rank) continue;
+    std::string key = base + std::to_string(q);
+    if (!store->check({key})) continue;
+    std::string theirs = store->get(key, std::chrono::seconds(5));
+    if (theirs != mine) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("collective mismatch: call #{} is {} on rank {} but {} on rank {}; every rank must call "
+                              "the same collectives in the same order with the same arguments",
+                              current.tag.seq, mine, rank, theirs, q),
+                  q);
+    }
+  }
+}
 
 // ---------------------------------------------------------------- construction
 
@@ -440,6 +544,9 @@ TrafficCounters Communicator::traffic() const {
   TrafficCounters t;
   t.sent_to = impl_->sent_to;
   t.received_from = impl_->received_from;
+  for (int q = 0; q < impl_->size; ++q) {
+    t.via.emplace_back(q == impl_->rank ? std::string_view("self") : impl_->transport->transport_for(q));
+  }
   for (uint64_t b : t.sent_to) t.bytes_sent += b;
   for (uint64_t b : t.received_from) t.bytes_received += b;
   t.operations = impl_->operations;

@@ -3,11 +3,13 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,11 +30,14 @@ struct Communicator::Impl {
   int size = 1;
   uint64_t comm_tag = 0;
   std::string key_prefix;  // this communicator's keys in the store: "chorus/c<n>/"
+  std::vector<int> local_ranks;  // the ranks on this rank's host (itself included), ascending
   std::string label;       // "world r3/8", in logs
   std::unique_ptr<transport::Transport> transport;
   // Cost-model inputs for this transport and world size, from the tuning file or the built-in tuning.
-  algo::LinkModel link;
+  algo::LinkModel link;        // the slowest level: between hosts when there are several
+  algo::LinkModel intra_link;  // inside a host
   std::array<std::vector<algo::Calibration>, algo::kNumCollectives> calibration;
+  algo::Topology topology;
   std::string tuning_source;
 
   // Guarded by call_mu, which a call holds from start to end.
@@ -47,6 +52,25 @@ struct Communicator::Impl {
   uint64_t operations = 0;
   OperationInfo last_op;
   std::set<std::pair<int, size_t>> logged_choices;  // (collective, bytes) whose choice was logged
+  // Choices already made, so the small-message path does not evaluate every formula on every call: key
+  // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).
+  std::unordered_map<uint64_t, std::pair<const algo::Algorithm*, double>> choices;
+
+  // The collective in progress, for the stall check (set per operation; formatted only when stalled).
+  struct CurrentOp {
+    bool active = false;
+    transport::MessageTag tag;
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point last_check;
+    bool published = false;
+  } current;
+  // Called by the transport when a wait has stalled: ranks stuck at the same sequence number compare their
+  // operations through the store, and different ones are a Mismatch.
+  void on_stall();
+  // Failure records in the store (see docs/design.md, Failures): write ours, and replace "lost rank p" by
+  // rank p's own record when it has one.
+  void record_failure(const Error& e) noexcept;
+  Error explain(const Error& e) noexcept;
 
   ~Impl();
 };
