@@ -10,8 +10,11 @@ for n in 2 3 4 8; do
   for c in allreduce allgather reducescatter broadcast reduce alltoall; do
     out=docs/data/algos-$T-$c-${n}ranks.txt
     echo "== $c, $n ranks -> $out"
-    CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 64M -f 2 \
-      --algos all -n "$ITERS" -w 2 -c 1 2>&1 | grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
+    # Small sizes take microseconds: many iterations per round; large ones: ITERS.
+    { CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \
+        --algos all -n 200 --repeats 7 -w 5 -c 1 &&
+      CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 64K -e 64M -f 2 \
+        --algos all -n "$ITERS" --repeats 5 -w 2 -c 1; } 2>&1 | grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
     grep -E '^# auto/best' "$out" || true
   done
 done

@@ -123,6 +123,7 @@ struct Options {
   size_t step_factor = 1;
   int iters = 20;
   int warmup = 5;
+  int repeats = 5;  // --algos: interleaved rounds over every algorithm; each time is the median
   int check = 1;
   int root = 0;     // -1: every rank in turn
   int average = 1;  // 0 rank 0, 1 mean, 2 min, 3 max
@@ -198,6 +199,11 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("-f,--stepfactor", o.step_factor, "Size multiplier between steps (> 1 replaces -i)")
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--repeats", o.repeats,
+                 "With --algos: rounds of timing that visit every algorithm in turn; each reported time is the "
+                 "median over rounds (so slow drifts of a shared machine hit all algorithms alike)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations at the largest and the smallest size")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -565,7 +571,15 @@ struct CompareRow {
     auto faster = [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; };
     return static_cast<size_t>(std::min_element(forced.begin(), forced.end(), faster) - forced.begin());
   }
-  double auto_over_best() const { return automatic.time_us / forced[fastest()].time_us; }
+  // The quality of the choice: the chosen algorithm's time (from its forced column, measured in the same
+  // rounds) over the fastest forced time. The auto column's own time is shown beside it; the two differ only
+  // by noise, since the choice for a size is deterministic.
+  double auto_over_best() const {
+    for (const Measurement& m : forced) {
+      if (m.algorithm == automatic.algorithm) return m.time_us / forced[fastest()].time_us;
+    }
+    return automatic.time_us / forced[fastest()].time_us;
+  }
   std::optional<int64_t> wrong() const {
     if (!automatic.wrong) return std::nullopt;
     int64_t sum = *automatic.wrong;
@@ -950,8 +964,28 @@ class Bench {
     warm_up(type, op, root, ts, {});
     for_each_size(ts, [&](const Layout& l) {
       CompareRow row = row_for<CompareRow>(l, ts, type, op, root);
-      for (const std::string& name : compare_) row.forced.push_back(bench_time<T>(l, type, op, root, false, name));
-      row.automatic = bench_time<T>(l, type, op, root, false, {});
+      // Rounds visit every algorithm in turn and each time is the median over rounds, so a slow stretch of
+      // a shared machine hits all algorithms alike instead of whichever happened to run then. Results are
+      // checked in the first round.
+      const size_t k = compare_.size();
+      std::vector<std::vector<Measurement>> samples(k + 1);
+      for (int rep = 0; rep < o_.repeats; ++rep) {
+        bool check = rep == 0;
+        for (size_t i = 0; i < k; ++i) samples[i].push_back(bench_time<T>(l, type, op, root, false, compare_[i], check));
+        samples[k].push_back(bench_time<T>(l, type, op, root, false, {}, check));
+      }
+      auto median = [](std::vector<Measurement>& v) {
+        std::optional<int64_t> wrong = v.front().wrong;
+        bool traffic_ok = std::all_of(v.begin(), v.end(), [](const Measurement& m) { return m.traffic_ok; });
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end(),
+                         [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; });
+        Measurement m = v[v.size() / 2];
+        m.wrong = wrong;
+        m.traffic_ok = traffic_ok;
+        return m;
+      };
+      for (size_t i = 0; i < k; ++i) row.forced.push_back(median(samples[i]));
+      row.automatic = median(samples[k]);
       on_row(row);
     });
   }
@@ -996,10 +1030,10 @@ class Bench {
   // nccl-tests' BenchTime.
   template <class T>
   Measurement bench_time(const Layout& l, DataType type, ReduceOp op, int root, bool in_place,
-                         std::string_view algorithm) {
+                         std::string_view algorithm, bool check = true) {
     constexpr size_t ts = sizeof(T);
     Pattern pattern = Pattern::make_for<T>(o_.coll->coll, op, nranks_);
-    if (o_.check > 0) fill_input<T>(l, pattern, in_place, /*iter=*/-1);
+    if (o_.check > 0 && check) fill_input<T>(l, pattern, in_place, /*iter=*/-1);
     launch(l, type, op, root, in_place, ts, 0, algorithm);
     comm_.barrier();
 
@@ -1029,7 +1063,7 @@ class Bench {
       m.traffic_ok = t[2] == 0;
     }
 
-    if (o_.check > 0) {
+    if (o_.check > 0 && check) {
       int64_t wrong = 0;
       for (int c = 0; c < o_.check; ++c) {
         int64_t local = check_once<T>(l, pattern, type, op, root, in_place, check_rep_ * o_.check + c, algorithm);
@@ -1173,10 +1207,12 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
     fmt::print(
         "# Algorithms of {}: {}\n"
         "#   each forced in turn (CallOptions), then auto: the library's own choice (CHORUS_ALGO if set, else\n"
-        "#   the cost model). Out of place only; time in us per call.\n"
-        "# auto/best = auto's time / the fastest forced time: 1.00 when auto picked the fastest, give or take\n"
-        "#   timing noise (auto is timed in its own run). #wrong is summed over every algorithm's check.\n",
-        o.coll->name, names);
+        "#   the cost model). Out of place only; time in us per call: the median over {} rounds that each\n"
+        "#   time every algorithm in turn ({} iterations each).\n"
+        "# auto/best = the time of the algorithm auto chose (its forced column) / the fastest forced time: 1.00\n"
+        "#   when auto picked the fastest. The auto column is auto's own run, equal to that up to timing noise.\n"
+        "#   #wrong is summed over every algorithm's check.\n",
+        o.coll->name, names, o.repeats, o.iters);
   } else if (!bench.algorithm().empty()) {
     fmt::print("# Algorithm: {}, forced on every timed and checked call (CallOptions)\n", bench.algorithm());
   } else {
