@@ -49,22 +49,6 @@ uint64_t expected_traffic(Algo a, int n, size_t count, size_t esize) {
   return static_cast<uint64_t>(n - 1) * block;  // every block but its own arrives once
 }
 
-template <class Expected>
-void expect_elements(DataType t, const void* got, size_t count, Expected&& expected, const std::string& what) {
-  size_t wrong = 0, first = 0;
-  double first_got = 0, first_want = 0;
-  for (size_t i = 0; i < count; ++i) {
-    double g = load_value(t, got, i), w = expected(i);
-    if (!(g == w) && wrong++ == 0) {
-      first = i;
-      first_got = g;
-      first_want = w;
-    }
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong of " << count << "; first at " << first << ": got "
-                       << first_got << ", want " << first_want;
-}
-
 // Runs one call of `a` on this rank and checks its result and its traffic.
 void run_and_check(Communicator& comm, Algo a, DataType t, ReduceOp op, size_t count, bool in_place,
                    const std::string& what) {

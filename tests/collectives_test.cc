@@ -89,25 +89,6 @@ std::vector<size_t> counts_for(int n, bool large) {
   return c;
 }
 
-// Compares `count` elements of got against expected(i); reports the first mismatch only.
-template <class Expected>
-void expect_elements(DataType t, const void* got, size_t count, Expected&& expected, const std::string& what) {
-  size_t wrong = 0, first = 0;
-  double first_got = 0, first_want = 0;
-  for (size_t i = 0; i < count; ++i) {
-    double g = load_value(t, got, i), w = expected(i);
-    if (!(g == w)) {
-      if (wrong++ == 0) {
-        first = i;
-        first_got = g;
-        first_want = w;
-      }
-    }
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong of " << count << "; first at " << first << ": got "
-                       << first_got << ", want " << first_want;
-}
-
 class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
  protected:
   CommOptions options() const {

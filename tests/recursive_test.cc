@@ -55,22 +55,6 @@ std::string param_name(const ::testing::TestParamInfo<RecursiveParam>& info) {
          algo_label(info.param.algo);
 }
 
-template <class Expected>
-void expect_elements(DataType t, const void* got, size_t count, Expected&& expected, const std::string& what) {
-  size_t wrong = 0, first = 0;
-  double first_got = 0, first_want = 0;
-  for (size_t i = 0; i < count; ++i) {
-    double g = load_value(t, got, i), w = expected(i);
-    if (!(g == w) && wrong++ == 0) {
-      first = i;
-      first_got = g;
-      first_want = w;
-    }
-  }
-  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong of " << count << "; first at " << first << ": got "
-                       << first_got << ", want " << first_want;
-}
-
 // Runs one call of `a` on this rank, checks its result and that the bytes moved are the registry's
 // prediction; returns the operation's figures for formula checks.
 OperationInfo run_and_check(Communicator& comm, Algo a, DataType t, ReduceOp op, size_t count, bool in_place,

@@ -165,6 +165,23 @@ inline double reference_reduce(DataType t, ReduceOp op, const std::vector<double
   }
 }
 
+// Compares `count` elements of got against expected(i); reports the first mismatch only.
+template <class Expected>
+void expect_elements(DataType t, const void* got, size_t count, Expected&& expected, const std::string& what) {
+  size_t wrong = 0, first = 0;
+  double first_got = 0, first_want = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double g = load_value(t, got, i), w = expected(i);
+    if (!(g == w) && wrong++ == 0) {
+      first = i;
+      first_got = g;
+      first_want = w;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong of " << count << "; first at " << first << ": got "
+                       << first_got << ", want " << first_want;
+}
+
 inline std::vector<DataType> all_dtypes() {
   return {DataType::Int8,    DataType::UInt8,    DataType::Int32,   DataType::UInt32, DataType::Int64,
           DataType::UInt64,  DataType::Float16,  DataType::BFloat16, DataType::Float32, DataType::Float64};

@@ -557,22 +557,33 @@ OperationInfo Communicator::last_operation() const { return impl_->last_op; }
 
 // ---------------------------------------------------------------- point to point
 
-void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
-  constexpr const char* kOp = "send";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_rank_arg(kOp, "peer", peer, impl_->size);
-  if (peer == impl_->rank) {
-    base::throw_error(ErrorCode::InvalidArgument, "send: peer is this rank; copy the data locally instead");
+namespace {
+// Checks a point-to-point call's arguments and builds its frame tag; `seq` is the pair's counter.
+MessageTag p2p_tag(const Communicator::Impl& impl, const char* op, const void* buf, size_t count, DataType type,
+                   int peer, uint64_t seq, size_t* bytes) {
+  core::check_dtype(op, type);
+  core::check_rank_arg(op, "peer", peer, impl.size);
+  if (peer == impl.rank) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("{}: peer is this rank; copy the data locally instead", op));
   }
-  size_t bytes = core::checked_bytes(kOp, count, type);
-  core::check_pointer(kOp, "buf", buf, bytes);
+  *bytes = core::checked_bytes(op, count, type);
+  core::check_pointer(op, "buf", buf, *bytes);
   MessageTag tag;
   tag.op = OpKind::SendRecv;
   tag.dtype = type;
   tag.algo = AlgoId::Direct;
   tag.count = count;
-  tag.seq = impl_->p2p_send_seq[peer];
+  tag.seq = seq;
+  return tag;
+}
+}  // namespace
+
+void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  OpScope scope(*impl_, "send");
+  size_t bytes = 0;
+  MessageTag tag = p2p_tag(*impl_, "send", buf, count, type, peer,
+                           peer >= 0 && peer < impl_->size ? impl_->p2p_send_seq[peer] : 0, &bytes);
   auto deadline = base::Deadline::after(impl_->config.timeout);
   scope.run([&] {
     impl_->transport->check_peers();
@@ -585,21 +596,10 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 }
 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
-  constexpr const char* kOp = "recv";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_rank_arg(kOp, "peer", peer, impl_->size);
-  if (peer == impl_->rank) {
-    base::throw_error(ErrorCode::InvalidArgument, "recv: peer is this rank; copy the data locally instead");
-  }
-  size_t bytes = core::checked_bytes(kOp, count, type);
-  core::check_pointer(kOp, "buf", buf, bytes);
-  MessageTag tag;
-  tag.op = OpKind::SendRecv;
-  tag.dtype = type;
-  tag.algo = AlgoId::Direct;
-  tag.count = count;
-  tag.seq = impl_->p2p_recv_seq[peer];
+  OpScope scope(*impl_, "recv");
+  size_t bytes = 0;
+  MessageTag tag = p2p_tag(*impl_, "recv", buf, count, type, peer,
+                           peer >= 0 && peer < impl_->size ? impl_->p2p_recv_seq[peer] : 0, &bytes);
   auto deadline = base::Deadline::after(impl_->config.timeout);
   scope.run([&] {
     impl_->transport->check_peers();
