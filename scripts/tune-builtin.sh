@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Measures the cost model's tuning on this machine (chorus-tune over tcp at 2, 3, 4 and 8 ranks) and writes
-# it into src/tune/builtin_tuning.cc, the tuning Chorus uses without CHORUS_TUNING_FILE. Rebuild afterwards.
+# Measures the cost model's tuning on this machine (chorus-tune over tcp and over shared memory at 2, 3, 4 and
+# 8 ranks) and writes it into src/tune/builtin_tuning.cc, the tuning Chorus uses without CHORUS_TUNING_FILE.
+# Rebuild afterwards.
 #   scripts/tune-builtin.sh [OUT_JSON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/data/builtin-tuning.json}
 BIN=build/bin
 rm -f "$OUT"
-for n in 2 3 4 8; do
-  echo "== chorus-tune, tcp, $n ranks"
-  CHORUS_TRANSPORT=tcp "$BIN/chorus-run" -n "$n" -- "$BIN/chorus-tune" -o "$OUT" --no-choices | grep -v '^\[[1-9]'
+for t in tcp shm; do
+  for n in 2 3 4 8; do
+    echo "== chorus-tune, $t, $n ranks"
+    CHORUS_TRANSPORT=$t "$BIN/chorus-run" -n "$n" -- "$BIN/chorus-tune" -o "$OUT" --no-choices | grep -v '^\[[1-9]'
+  done
 done
 python3 - "$OUT" <<'PY'
 import json, sys
