@@ -2,10 +2,11 @@
 // cache (64 MiB). Bytes/s counts the size of one buffer per call, as nccl-tests' bus bandwidth does: a
 // reduction reads two buffers and writes one (3x the traffic), memcpy reads one and writes one (2x).
 //
-//   build-*/bin/kernels_bench --benchmark_filter=Reduce
+//   build/bin/kernels_bench --benchmark_filter=Reduce/avx2   (one table; generic, avx2 or avx512)
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "chorus/types.h"
@@ -51,13 +52,13 @@ std::vector<unsigned char> ones(DataType type, size_t bytes) {
   return v;
 }
 
-void BM_Reduce(benchmark::State& state, DataType type, ReduceOp op) {
+void BM_Reduce(benchmark::State& state, DataType type, ReduceOp op, Isa isa) {
   const auto bytes = static_cast<size_t>(state.range(0));
   const size_t n = bytes / dtype_size(type);
   const std::vector<unsigned char> a = ones(type, bytes);
   const std::vector<unsigned char> b = ones(type, bytes);
   std::vector<unsigned char> dst(bytes);
-  const ReduceFn fn = reduce_fn(type, op);
+  const ReduceFn fn = reduce_fn(type, op, isa);
   for (auto _ : state) {
     fn(dst.data(), a.data(), b.data(), n);
     benchmark::DoNotOptimize(dst.data());
@@ -78,15 +79,37 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
 }
 
-BENCHMARK(BM_Memcpy)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, float_sum, DataType::Float32, ReduceOp::Sum)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, double_sum, DataType::Float64, ReduceOp::Sum)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, half_sum, DataType::Float16, ReduceOp::Sum)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, bfloat16_sum, DataType::BFloat16, ReduceOp::Sum)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, int32_sum, DataType::Int32, ReduceOp::Sum)->Arg(kInCache)->Arg(kOutOfCache);
-BENCHMARK_CAPTURE(BM_Reduce, float_max, DataType::Float32, ReduceOp::Max)->Arg(kInCache)->Arg(kOutOfCache);
+void register_all() {
+  benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(kInCache)->Arg(kOutOfCache);
+  const struct {
+    const char* name;
+    DataType type;
+    ReduceOp op;
+  } kCases[] = {
+      {"float_sum", DataType::Float32, ReduceOp::Sum},   {"double_sum", DataType::Float64, ReduceOp::Sum},
+      {"half_sum", DataType::Float16, ReduceOp::Sum},    {"bfloat16_sum", DataType::BFloat16, ReduceOp::Sum},
+      {"int32_sum", DataType::Int32, ReduceOp::Sum},     {"int8_sum", DataType::Int8, ReduceOp::Sum},
+      {"float_max", DataType::Float32, ReduceOp::Max},   {"double_min", DataType::Float64, ReduceOp::Min},
+      {"float_prod", DataType::Float32, ReduceOp::Prod}, {"half_max", DataType::Float16, ReduceOp::Max},
+  };
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    for (const auto& c : kCases) {
+      benchmark::RegisterBenchmark((std::string("Reduce/") + isa_name(isa) + "/" + c.name).c_str(), BM_Reduce, c.type,
+                                   c.op, isa)
+          ->Arg(kInCache)
+          ->Arg(kOutOfCache);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace chorus::kernels
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  chorus::kernels::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

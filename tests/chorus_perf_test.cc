@@ -334,6 +334,27 @@ TEST(ChorusPerf, RunsAloneWithoutALauncher) {
   EXPECT_EQ(rows[2][4], "0");
 }
 
+// The header names the reduction kernels' instruction set; CHORUS_KERNELS=generic forces the portable ones,
+// which still give right answers (every type and op checked), and an unknown name warns and is ignored.
+TEST(ChorusPerf, HeaderNamesTheKernelsAndCHORUS_KERNELSChoosesThem) {
+  const std::vector<std::string> args{kChorusRun, "-n", "2", "--timeout", "50", "--", kChorusPerf, "allreduce",
+                                      "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-d", "all", "-o", "all"};
+  Result generic = run(args, {"CHORUS_KERNELS=generic"});
+  ASSERT_EQ(generic.exit_code, 0) << generic.out << generic.err;
+  EXPECT_NE(generic.out.find("reduction kernels: generic"), std::string::npos) << generic.out;
+  const auto rows = data_rows(rank0_lines(generic));
+  ASSERT_EQ(rows.size(), 10u * 5u) << generic.out;  // every type and op
+  for (const auto& f : rows) {
+    ASSERT_EQ(f.size(), 14u);
+    EXPECT_EQ(f[8], "0") << f[2] << " " << f[3];
+    EXPECT_EQ(f[12], "0") << f[2] << " " << f[3];
+  }
+  Result unknown = run(args, {"CHORUS_KERNELS=sse9"});
+  ASSERT_EQ(unknown.exit_code, 0) << unknown.out << unknown.err;
+  EXPECT_NE(unknown.err.find("CHORUS_KERNELS=sse9: unknown"), std::string::npos) << unknown.err;
+  EXPECT_EQ(unknown.out.find("reduction kernels: generic"), std::string::npos) << unknown.out;
+}
+
 TEST(ChorusPerf, BadUsageExitsWithTwo) {
   const std::vector<std::vector<std::string>> bad{
       {"allsum"},                       // unknown collective
@@ -590,19 +611,21 @@ TEST_P(ChorusPerfTraffic, MeasuredBytesSentEqualThePrediction) {
   std::vector<std::string> lines = rank0_lines(r);
   EXPECT_THAT(lines, ::testing::Contains(HasSubstr("the last timed out-of-place call")));
   std::vector<std::string> columns = column_names(lines);
-  ASSERT_EQ(columns.size(), 17u) << r.out;
+  ASSERT_EQ(columns.size(), 18u) << r.out;
   EXPECT_EQ(columns[13], "algo");
   EXPECT_EQ(columns[14], "sent");
   EXPECT_EQ(columns[15], "predicted");
   EXPECT_EQ(columns[16], "ok");
+  EXPECT_EQ(columns[17], "over_tcp");
   std::vector<std::vector<std::string>> rows = data_rows(lines);
   ASSERT_EQ(rows.size(), 7u) << r.out;
   for (const auto& f : rows) {
     SCOPED_TRACE("size " + f[0] + " of\n" + r.out);
-    ASSERT_EQ(f.size(), 17u);
+    ASSERT_EQ(f.size(), 18u);
     EXPECT_EQ(f[13], c.algo);
     EXPECT_EQ(f[14], f[15]) << "measured, predicted";
     EXPECT_EQ(f[16], "yes");
+    EXPECT_EQ(f[17], "0") << "one host, shared memory: nothing crosses over tcp";
     size_t count = std::stoull(f[1]);
     if (count >= kRanks) {
       EXPECT_GT(std::stoull(f[14]), 0u);

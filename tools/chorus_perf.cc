@@ -546,6 +546,9 @@ struct Measurement {
   uint64_t sent = 0;
   uint64_t predicted = 0;
   bool traffic_ok = true;
+  // --traffic: payload bytes per call that went over tcp, summed over ranks (with shm inside hosts and tcp
+  // between them, the bytes that crossed hosts).
+  uint64_t over_tcp = 0;
 };
 
 struct Row {
@@ -649,8 +652,8 @@ class PerfTable {
     units += fmt::format("  {:<{}}", "", algo_width_);
     if (o_.traffic) {
       title += fmt::format("  {:<{}}{:^34}", "", algo_width_, "  traffic (out of place)");
-      names += fmt::format("  {:>12}  {:>12}  {:>4}", "sent", "predicted", "ok");
-      units += fmt::format("  {:>12}  {:>12}  {:>4}", "(B)", "(B)", "");
+      names += fmt::format("  {:>12}  {:>12}  {:>4}  {:>12}", "sent", "predicted", "ok", "over_tcp");
+      units += fmt::format("  {:>12}  {:>12}  {:>4}  {:>12}", "(B)", "(B)", "", "(B, all)");
     }
     fmt::print("{}\n{}\n{}\n", rtrim(title), rtrim(names), rtrim(units));
   }
@@ -666,8 +669,8 @@ class PerfTable {
     if (r.in_place.algorithm != algo) algo += "/" + r.in_place.algorithm;
     if (!o_.traffic) return line + "  " + algo;
     const Measurement& m = r.out_of_place;
-    return line + fmt::format("  {:<{}}  {:>12}  {:>12}  {:>4}", algo, algo_width_, m.sent, m.predicted,
-                              m.traffic_ok ? "yes" : "no");
+    return line + fmt::format("  {:<{}}  {:>12}  {:>12}  {:>4}  {:>12}", algo, algo_width_, m.sent, m.predicted,
+                              m.traffic_ok ? "yes" : "no", m.over_tcp);
   }
 
  private:
@@ -1037,6 +1040,13 @@ class Bench {
     launch(l, type, op, root, in_place, ts, 0, algorithm);
     comm_.barrier();
 
+    auto tcp_bytes = [this] {
+      chorus::TrafficCounters t = comm_.traffic();
+      uint64_t b = 0;
+      for (size_t q = 0; q < t.sent_to.size(); ++q) b += t.via[q] == "tcp" ? t.sent_to[q] : 0;
+      return b;
+    };
+    const uint64_t tcp_before = o_.traffic ? tcp_bytes() : 0;
     auto start = std::chrono::steady_clock::now();
     for (int iter = 0; iter < o_.iters; ++iter) {
       for (int a = 0; a < o_.agg; ++a) launch(l, type, op, root, in_place, ts, iter * o_.agg + a, algorithm);
@@ -1045,6 +1055,7 @@ class Bench {
                      (static_cast<double>(o_.iters) * o_.agg);
     // The last timed call, before the collectives below replace it.
     const chorus::OperationInfo last = comm_.last_operation();
+    uint64_t over_tcp = o_.traffic ? (tcp_bytes() - tcp_before) / (static_cast<uint64_t>(o_.iters) * o_.agg) : 0;
     seconds = combine_time(seconds);
 
     Measurement m;
@@ -1061,6 +1072,7 @@ class Bench {
       m.sent = t[0];
       m.predicted = t[1];
       m.traffic_ok = t[2] == 0;
+      comm_.all_reduce(&over_tcp, &m.over_tcp, 1, DataType::UInt64, ReduceOp::Sum);
     }
 
     if (o_.check > 0 && check) {
@@ -1200,7 +1212,7 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
       o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup, o.iters,
       o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
-  fmt::print("#\n");
+  fmt::print("#\n# chorus {}, reduction kernels: {}\n#\n", chorus::version_string(), chorus::kernel_isa());
   if (!bench.compared().empty()) {
     std::string names;
     for (const std::string& n : bench.compared()) names += (names.empty() ? "" : ", ") + n;

@@ -35,12 +35,27 @@ using SumDivFn = void (*)(void* dst, const void* a, const void* b, size_t n, uin
 // dst[i] = src[i] / divisor. `divisor` >= 1 and fits in int64.
 using DivFn = void (*)(void* dst, const void* src, size_t n, uint64_t divisor);
 
-// Kernel for (type, op). For ReduceOp::Avg this returns the Sum kernel (the division is separate).
+// The instruction sets the kernels are compiled for. One is chosen once per process (active_isa): the best
+// the CPU supports, or the one CHORUS_KERNELS names (generic, avx2, avx512). Every table gives bit-identical
+// results (tests/kernels_test.cc checks each against the same reference), except for which NaN payload
+// survives when both inputs of a floating Sum or Prod are NaN.
+enum class Isa : uint8_t { Generic, Avx2, Avx512 };
+const char* isa_name(Isa isa) noexcept;
+// Compiled into this build and runnable on this CPU (and OS).
+bool isa_supported(Isa isa) noexcept;
+Isa active_isa() noexcept;
+
+// Kernel for (type, op) in the active instruction set. For ReduceOp::Avg this returns the Sum kernel (the division is separate).
 // Returns nullptr for enum values out of range.
 ReduceFn reduce_fn(DataType type, ReduceOp op) noexcept;
 // Fused sum-and-divide / divide kernels for `type`; nullptr for a value out of range.
 SumDivFn sum_div_fn(DataType type) noexcept;
 DivFn div_fn(DataType type) noexcept;
+
+// The same in a chosen instruction set (tests, benchmarks): nullptr if it is not supported here.
+ReduceFn reduce_fn(DataType type, ReduceOp op, Isa isa) noexcept;
+SumDivFn sum_div_fn(DataType type, Isa isa) noexcept;
+DivFn div_fn(DataType type, Isa isa) noexcept;
 
 // Convenience: looks up reduce_fn(type, op) and calls it (so Avg only sums, as reduce_fn does).
 // Throws Error(InvalidArgument) if type or op is out of range.
