@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "chorus/tuning.h"
 #include "algo/registry.h"
 #include "kernels/reduce.h"
@@ -87,48 +88,61 @@ double reduce_seconds_per_byte() {
          16 / (n * 4.0);
 }
 
-// The time of one call (the slowest rank's median over repetitions), in seconds.
-double time_collective(Communicator& comm, algo::Collective coll, const std::string& algorithm, size_t bytes,
-                       std::vector<char>& a, std::vector<char>& b) {
+// Runs `algorithm` for one call of `coll` over `bytes` (count per rank as chorus-perf counts it).
+void run_collective(Communicator& comm, algo::Collective coll, const std::string& algorithm, size_t bytes,
+                    std::vector<char>& a, std::vector<char>& b) {
   const int n = comm.size();
   const bool per_block = coll == algo::Collective::AllGather || coll == algo::Collective::ReduceScatter ||
                          coll == algo::Collective::AllToAll;
   const size_t count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
   CallOptions o{algorithm};
-  auto once = [&] {
-    switch (coll) {
-      case algo::Collective::AllReduce:
-        comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
-        break;
-      case algo::Collective::AllGather: comm.all_gather(a.data(), b.data(), count, DataType::Float32, o); break;
-      case algo::Collective::ReduceScatter:
-        comm.reduce_scatter(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
-        break;
-      case algo::Collective::Broadcast: comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0, o); break;
-      case algo::Collective::Reduce:
-        comm.reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, 0, o);
-        break;
-      case algo::Collective::AllToAll: comm.all_to_all(a.data(), b.data(), count, DataType::Float32, o); break;
-      default: break;
-    }
-  };
-  // Timed as chorus-perf (and nccl-tests) time: iterations back to back after a barrier, the average per
-  // iteration, averaged over ranks; the median of a few such batches.
+  switch (coll) {
+    case algo::Collective::AllReduce:
+      comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+      break;
+    case algo::Collective::AllGather: comm.all_gather(a.data(), b.data(), count, DataType::Float32, o); break;
+    case algo::Collective::ReduceScatter:
+      comm.reduce_scatter(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+      break;
+    case algo::Collective::Broadcast: comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0, o); break;
+    case algo::Collective::Reduce:
+      comm.reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, 0, o);
+      break;
+    case algo::Collective::AllToAll: comm.all_to_all(a.data(), b.data(), count, DataType::Float32, o); break;
+    default: break;
+  }
+}
+
+// The time of one call of each algorithm (seconds), timed as chorus-perf (and nccl-tests) time: iterations
+// back to back after a barrier, the average per iteration, averaged over ranks; the median of a few batches.
+// The algorithms take turns batch by batch, as in chorus-perf --algos, so that a slow phase of a shared
+// machine (or of an oversubscribed run's scheduling) falls on all of them alike rather than on whichever
+// algorithm happened to run then: the fit compares algorithms, so their relative times matter most.
+std::vector<double> time_algorithms(Communicator& comm, algo::Collective coll,
+                                    const std::vector<std::string>& algorithms, size_t bytes, std::vector<char>& a,
+                                    std::vector<char>& b) {
+  const int n = comm.size();
   // Few-microsecond calls need many iterations to rise above a shared machine's jitter.
   const int iters = bytes <= (16u << 10) ? 60 : bytes <= (256u << 10) ? 20 : bytes <= (2u << 20) ? 6 : 2;
   const int batches = bytes <= (1u << 20) ? 7 : 3;
-  once();
-  std::vector<double> t;
+  for (const std::string& alg : algorithms) run_collective(comm, coll, alg, bytes, a, b);  // warm up
+  std::vector<std::vector<double>> t(algorithms.size());
   for (int i = 0; i < batches; ++i) {
-    comm.barrier();
-    auto t0 = Clock::now();
-    for (int k = 0; k < iters; ++k) once();
-    double mine = seconds(Clock::now() - t0) / iters, sum = 0;
-    comm.all_reduce(&mine, &sum, 1, DataType::Float64, ReduceOp::Sum);
-    t.push_back(sum / n);
+    for (size_t k = 0; k < algorithms.size(); ++k) {
+      comm.barrier();
+      auto t0 = Clock::now();
+      for (int it = 0; it < iters; ++it) run_collective(comm, coll, algorithms[k], bytes, a, b);
+      double mine = seconds(Clock::now() - t0) / iters, sum = 0;
+      comm.all_reduce(&mine, &sum, 1, DataType::Float64, ReduceOp::Sum);
+      t[k].push_back(sum / n);
+    }
   }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  std::vector<double> medians;
+  for (auto& v : t) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    medians.push_back(v[v.size() / 2]);
+  }
+  return medians;
 }
 
 // Least squares with relative weights: times span six orders of magnitude, so each probe counts by its
@@ -177,10 +191,12 @@ std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::L
   for (algo::Collective coll : {algo::Collective::AllReduce, algo::Collective::AllGather,
                                 algo::Collective::ReduceScatter, algo::Collective::Broadcast, algo::Collective::Reduce,
                                 algo::Collective::AllToAll}) {
+    // The algorithms to fit and their model costs at every probed size.
+    std::vector<const algo::Algorithm*> algs;
+    std::vector<std::vector<algo::Cost>> models;
     for (const algo::Algorithm& alg : algo::algorithms_for(coll)) {
       if (alg.applicable) continue;  // topology-dependent (hierarchical): its stages use calibrated levels
       std::vector<algo::Cost> model;
-      std::vector<double> measured;
       for (size_t bytes : sizes) {
         algo::CallShape s;
         s.coll = coll;
@@ -191,17 +207,31 @@ std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::L
         s.count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
         s.slice_bytes = comm.options().slice_bytes;
         model.push_back(alg.cost(s, link));
-        if (!std::isfinite(model.back().total())) break;  // never chosen in this setting (one host): no fit
-        measured.push_back(time_collective(comm, coll, alg.name, bytes, a, b));
       }
-      if (measured.size() < sizes.size()) continue;
-      AlgorithmFit f = fit(model, measured);
+      bool finite = std::all_of(model.begin(), model.end(), [](const algo::Cost& c) { return std::isfinite(c.total()); });
+      if (!finite) continue;  // never chosen in this setting (one host): no fit
+      algs.push_back(&alg);
+      models.push_back(std::move(model));
+    }
+    if (algs.empty()) continue;
+    std::vector<std::string> names;
+    for (const algo::Algorithm* alg : algs) names.push_back(alg->name);
+    std::vector<std::vector<double>> measured(algs.size());
+    for (size_t bytes : sizes) {
+      std::vector<double> t = time_algorithms(comm, coll, names, bytes, a, b);
+      for (size_t k = 0; k < algs.size(); ++k) {
+        measured[k].push_back(t[k]);
+        base::log_debug("calibrate {} {} {} B: {:.2f} us", algo::collective_name(coll), names[k], bytes, t[k] * 1e6);
+      }
+    }
+    for (size_t k = 0; k < algs.size(); ++k) {
+      AlgorithmFit f = fit(models[k], measured[k]);
       for (size_t i = 0; i < sizes.size(); ++i) {
-        double est = f.latency_factor * model[i].latency + f.bandwidth_factor * model[i].bandwidth;
-        f.corrections.emplace_back(static_cast<double>(sizes[i]), est > 0 ? measured[i] / est : 1.0);
+        double est = f.latency_factor * models[k][i].latency + f.bandwidth_factor * models[k][i].bandwidth;
+        f.corrections.emplace_back(static_cast<double>(sizes[i]), est > 0 ? measured[k][i] / est : 1.0);
       }
       f.collective = algo::collective_name(coll);
-      f.algorithm = alg.name;
+      f.algorithm = algs[k]->name;
       fits.push_back(f);
     }
   }
