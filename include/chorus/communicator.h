@@ -10,10 +10,14 @@
 //   silently combine different operations. Point-to-point send/recv pairs must be issued in a consistent
 //   order between the two ranks involved, relative to each other and to collectives.
 // - Buffers belong to the caller. Chorus reads and writes them only during the call; when a call returns,
-//   nothing refers to them any more.
+//   nothing refers to them any more. The `_async` forms and calls inside a group are the exception: their
+//   buffers belong to Chorus until the Work completes or group_end() returns (see chorus/work.h).
+// - Operations run in issue order, synchronous and asynchronous alike: a synchronous call made while
+//   asynchronous ones are queued waits for them first, then runs on the calling thread.
 // - Every call returns or throws within CommOptions::timeout.
 // - A communicator is used by one thread at a time. A concurrent call from a second thread throws
-//   Error(InvalidArgument) instead of interleaving. Distinct communicators are independent.
+//   Error(InvalidArgument) instead of interleaving. Distinct communicators are independent. (Work handles
+//   may be waited on from any thread.)
 // - Invalid arguments throw Error(InvalidArgument) before anything is sent; the communicator stays usable.
 // - Any other error (PeerLost, Mismatch, Timeout) leaves the communicator failed: the error is sent to the
 //   peers so that they fail fast too, and every later call throws Error(Aborted) with the original cause.
@@ -33,6 +37,7 @@
 #include "chorus/export.h"
 #include "chorus/store.h"
 #include "chorus/types.h"
+#include "chorus/work.h"
 
 namespace chorus {
 
@@ -184,11 +189,52 @@ class CHORUS_API Communicator {
   void scatter(const void* send, void* recv, size_t recv_count, DataType type, int root, const CallOptions& opts);
   void barrier(const CallOptions& opts);
 
+  // ---- asynchronous forms (see chorus/work.h) ----
+  // Each checks its arguments now (throwing InvalidArgument, with nothing queued), then queues the
+  // operation on this communicator's progress thread and returns. The buffers belong to Chorus until the
+  // Work completes. Every rank must issue the same collectives in the same order, synchronous or not.
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                        const CallOptions& opts = {});
+  Work broadcast_async(const void* send, void* recv, size_t count, DataType type, int root,
+                       const CallOptions& opts = {});
+  Work reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                    const CallOptions& opts = {});
+  Work all_gather_async(const void* send, void* recv, size_t send_count, DataType type, const CallOptions& opts = {});
+  Work reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                            const CallOptions& opts = {});
+  Work all_to_all_async(const void* send, void* recv, size_t count_per_peer, DataType type,
+                        const CallOptions& opts = {});
+  Work gather_async(const void* send, void* recv, size_t send_count, DataType type, int root,
+                    const CallOptions& opts = {});
+  Work scatter_async(const void* send, void* recv, size_t recv_count, DataType type, int root,
+                     const CallOptions& opts = {});
+  Work barrier_async(const CallOptions& opts = {});
+  Work send_async(const void* buf, size_t count, DataType type, int peer);
+  Work recv_async(void* buf, size_t count, DataType type, int peer);
+
+  // ---- groups (NCCL semantics) ----
+  // Between group_start() and the matching group_end(), calls (synchronous or `_async`) are checked and
+  // recorded, not run: they return at once, and their buffers belong to Chorus until group_end() returns.
+  // Groups nest; the outermost group_end() runs everything recorded as one submission:
+  //   - consecutive all_reduces with the same dtype and op, each at most 4 MiB, are fused into one transfer;
+  //   - consecutive send/recv calls progress together, so any set of matching pairs completes without
+  //     deadlock, whatever the message sizes and the order of the calls;
+  //   - other collectives run in the recorded order.
+  // Every rank must record the same collectives in a group. group_end() throws InvalidArgument without a
+  // matching group_start(). Works returned by `_async` calls inside a group complete with the group.
+  void group_start();
+  void group_end();
+  // group_end() without waiting: returns the group's Work.
+  Work group_end_async();
+  // Blocks until every queued asynchronous operation has completed (rethrowing nothing: errors belong to the
+  // Works). Bounded like the operations themselves.
+  void synchronize();
+
   // The algorithm this communicator would run for the call, without forcing: the cost model's choice under
   // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer.
   std::string automatic_algorithm(std::string_view collective, size_t count, DataType type) const;
   // Traffic since creation, and the figures of the last operation. Read them between calls (the same
-  // one-thread-at-a-time rule as for operations).
+  // one-thread-at-a-time rule as for operations); they first wait for queued asynchronous operations.
   TrafficCounters traffic() const;
   OperationInfo last_operation() const;
 
