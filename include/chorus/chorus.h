@@ -6,6 +6,7 @@
 #include "chorus/error.h"
 #include "chorus/export.h"
 #include "chorus/store.h"
+#include "chorus/trace.h"
 #include "chorus/tuning.h"
 #include "chorus/types.h"
 #include "chorus/version.h"
