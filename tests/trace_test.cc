@@ -175,6 +175,34 @@ TEST_F(Trace, SpansFromThreadsAndScopesMakeAChromeTrace) {
   trace_flush();
   EXPECT_EQ(read_json(dir_ / "chorus-trace-rank3.json")["traceEvents"].back()["name"], "later");
   EXPECT_EQ(files_in(dir_).size(), 1u) << "no temporary file is left behind";
+  // Nothing new, but the file is gone: written again.
+  fs::remove(dir_ / "chorus-trace-rank3.json");
+  trace_flush();
+  EXPECT_EQ(read_json(dir_ / "chorus-trace-rank3.json")["traceEvents"].back()["name"], "later");
+}
+
+TEST_F(Trace, RecordingWhileFlushing) {
+  trace::set_rank(0);
+  constexpr int kThreads = 3, kSpans = 3000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t] {
+      trace::set_thread_name("worker " + std::to_string(t));
+      for (int i = 0; i < kSpans; ++i) {
+        TraceScope s("span", t % 2 ? "compute" : "collective");
+      }
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    trace_flush();
+    EXPECT_TRUE(read_json(dir_ / "chorus-trace-rank0.json")["traceEvents"].is_array());
+  }
+  for (auto& t : threads) t.join();
+  trace_flush();
+  json doc = read_json(dir_ / "chorus-trace-rank0.json");
+  int spans = 0;
+  for (const auto& e : doc["traceEvents"]) spans += e["ph"] == "X";
+  EXPECT_EQ(spans, kThreads * kSpans);
 }
 
 TEST_F(Trace, OffRecordsAndWritesNothing) {

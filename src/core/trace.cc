@@ -57,6 +57,10 @@ struct Recorder {
   std::map<int32_t, ThreadInfo> threads;  // guarded by mu
   int32_t next_tid = 0;                   // guarded by mu
   bool atexit_registered = false;         // guarded by mu
+  // Counts changes (events, names), so that a flush with nothing new is skipped; guarded by mu.
+  uint64_t changes = 1;
+  uint64_t written_changes = 0;  // `changes` when the file at written_path was last written
+  std::string written_path;
   std::atomic<int> rank{-1};
   std::atomic<int> open_communicators{0};
   std::mutex write_mu;  // one writer at a time; taken before mu
@@ -108,6 +112,7 @@ void append(Event e) {
   }
   e.tid = this_thread_tid(r);
   r.events.push_back(std::move(e));
+  ++r.changes;
 }
 
 std::string path_for(const std::string& spec, int rank) {
@@ -158,26 +163,30 @@ void format_event(std::string& out, const Event& e, int pid, int64_t offset_us) 
 void write_file() {
   auto& r = recorder();
   std::lock_guard<std::mutex> write_lock(r.write_mu);
-  std::string spec;
   int64_t offset_us;
+  uint64_t changes;
   size_t n, dropped;
   std::map<int32_t, ThreadInfo> threads;
+  const int rank = r.rank.load();
+  std::string path;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     if (r.spec.empty()) return;
+    path = path_for(r.spec, rank);
+    // The exit-time flush after an explicit one, or after the last communicator closed, has nothing to add.
+    std::error_code ec;
+    if (r.changes == r.written_changes && path == r.written_path && std::filesystem::exists(path, ec)) return;
+    changes = r.changes;
     // Parents before the spans they contain: by start, then longest first.
     std::stable_sort(r.events.begin(), r.events.end(), [](const Event& a, const Event& b) {
       return a.start_us != b.start_us ? a.start_us < b.start_us : a.dur_us > b.dur_us;
     });
-    spec = r.spec;
     offset_us = r.realtime_minus_steady_us;
     n = r.events.size();
     dropped = r.dropped;
     threads = r.threads;
   }
-  const int rank = r.rank.load();
   const int pid = rank >= 0 ? rank : static_cast<int>(::getpid());
-  const std::string path = path_for(spec, rank);
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
@@ -228,6 +237,11 @@ void write_file() {
     std::remove(tmp.c_str());
     return;
   }
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.written_changes = changes;
+    r.written_path = path;
+  }
   base::log_info("CHORUS_TRACE: wrote {} events to {}", n, path);
 }
 
@@ -263,6 +277,7 @@ void set_thread_name(std::string name) {
   auto& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
   r.threads[this_thread_tid(r)].name = std::move(name);
+  ++r.changes;
 }
 
 void record_span(std::string_view name, std::string_view category, int64_t start_us, int64_t end_us,
@@ -307,6 +322,8 @@ void set_output_for_testing(std::string path) {
   std::lock_guard<std::mutex> lock(r.mu);
   r.events.clear();
   r.dropped = 0;
+  ++r.changes;
+  r.written_path.clear();
   r.rank.store(-1);
   r.open_communicators.store(0);
   if (path.empty()) {
