@@ -3,7 +3,9 @@
 // with the spans the application marks with trace_scope(). Each process writes
 // <directory>/chorus-trace-rank<R>.json in the Chrome trace event format (open it in https://ui.perfetto.dev
 // or chrome://tracing; scripts/plot-trace.py draws a PNG) when its last communicator is destroyed, at exit,
-// or at trace_flush(). R is the rank of the first communicator created in the process.
+// or at trace_flush(). R is the rank of the first communicator created in the process (with none, the file is
+// chorus-trace-pid<P>.json). A CHORUS_TRACE value ending in .json names the file itself; %r in it stands for R.
+// Timestamps are realtime microseconds, so the files of ranks on one host line up.
 //
 // With CHORUS_TRACE unset, recording costs one predictable branch per operation and per scope.
 #pragma once
