@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chorus/chorus.h"
+
 #include "chorus/trace.h"
 #include "core/trace.h"
 #include "subprocess.h"
@@ -203,6 +205,64 @@ TEST_F(Trace, RecordingWhileFlushing) {
   int spans = 0;
   for (const auto& e : doc["traceEvents"]) spans += e["ph"] == "X";
   EXPECT_EQ(spans, kThreads * kSpans);
+}
+
+TEST_F(Trace, ARealRunRecordsEveryOperationOnTheThreadThatRanIt) {
+  // Two ranks as threads; rank 0's communicator is the first, so the file is named after rank 0 and holds
+  // both ranks' events (one process).
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto comm = Communicator::create(store, r, 2, CommOptions{.transport = TransportKind::InProc});
+      std::vector<float> v(1000, 1.0f), w(8, 1.0f);
+      Work a = comm->all_reduce_async(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      {
+        TraceScope s("backward layer 0");
+        busy_for(std::chrono::microseconds(200));
+      }
+      a.wait();
+      comm->all_reduce(w, ReduceOp::Max);                   // synchronous: on the caller's thread
+      comm->group_start();
+      comm->send(w, 1 - r);
+      comm->recv(v.data(), 8, DataType::Float32, 1 - r);
+      comm->group_end();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Both communicators are gone: the file was written.
+  json doc = read_json(dir_ / "chorus-trace-rank0.json");
+  std::map<int, std::string> thread_names;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") thread_names[e["tid"].get<int>()] = e["args"]["name"];
+  }
+  int async_on_progress = 0, sync_on_caller = 0, groups = 0, p2p = 0, compute = 0, queued = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "i" && e["cat"] == "queue") ++queued;
+    if (e["ph"] != "X") continue;
+    std::string thread = thread_names[e["tid"].get<int>()];
+    if (e["cat"] == "collective" && e["name"] == "allreduce") {
+      if (e["args"]["count"] == 1000) {
+        EXPECT_EQ(thread.rfind("progress world r", 0), 0u) << thread;
+        ++async_on_progress;
+      } else {
+        EXPECT_EQ(thread.find("progress"), std::string::npos) << thread;
+        EXPECT_EQ(e["args"]["bytes"], 32);
+        ++sync_on_caller;
+      }
+      EXPECT_TRUE(e["args"].contains("algorithm"));
+    }
+    groups += e["cat"] == "group";
+    p2p += e["cat"] == "p2p";
+    compute += e["cat"] == "compute";
+  }
+  EXPECT_EQ(async_on_progress, 2);
+  EXPECT_EQ(sync_on_caller, 2);
+  EXPECT_EQ(groups, 2);
+  EXPECT_EQ(p2p, 2);
+  EXPECT_EQ(compute, 2);
+  EXPECT_EQ(queued, 4);  // one async all_reduce and one group per rank
 }
 
 TEST_F(Trace, OffRecordsAndWritesNothing) {

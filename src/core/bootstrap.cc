@@ -11,6 +11,7 @@
 #include "base/logging.h"
 #include "base/net.h"
 #include "core/communicator_impl.h"
+#include "core/trace.h"
 #include "transport/hybrid_transport.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -19,7 +20,10 @@
 namespace chorus {
 
 Communicator::Impl::~Impl() {
+  // Queued asynchronous operations run to completion (or fail) before the connections close.
+  engine.reset();
   if (transport) transport->close();
+  if (trace_opened) core::trace::communicator_closed();  // the last one writes the trace file
 }
 
 namespace core {
@@ -224,6 +228,9 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                  size, impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count(),
                  impl->tuning_source,
                  impl->link.alpha * 1e6, impl->link.overhead * 1e6, impl->link.beta * 1e9, impl->link.gamma * 1e9);
+  trace::set_rank(impl->rank);
+  trace::communicator_opened();
+  impl->trace_opened = true;
   return impl;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,8 @@
 #include "base/error.h"
 #include "base/logging.h"
 #include "core/communicator_impl.h"
+#include "core/progress.h"
+#include "core/trace.h"
 #include "core/validate.h"
 #include "kernels/reduce.h"
 
@@ -19,126 +22,121 @@ namespace chorus {
 using transport::AlgoId;
 using transport::MessageTag;
 using transport::OpKind;
+using core::CollCall;
+using core::Op;
+using core::P2PCall;
 
 namespace {
 
-// Holds the call lock for one operation and turns any failure inside it into the communicator's failure.
-class OpScope {
+void throw_if_failed(const Communicator::Impl& impl, const char* op) {
+  if (impl.failed.load(std::memory_order_acquire)) {
+    throw Error(ErrorCode::Aborted,
+                fmt::format("{}: the communicator failed earlier and can no longer be used (create a new one): {}", op,
+                            impl.failure->message()),
+                impl.failure->peer());
+  }
+}
+
+// One API call: the one-thread-at-a-time check (api_mu, held for the call) and the failure check. A
+// synchronous call holds it until it returns; an asynchronous one while it checks and queues.
+class ApiScope {
  public:
-  OpScope(Communicator::Impl& impl, const char* op)
-      : impl_(impl), op_(op), lock_(impl.call_mu, std::try_to_lock), log_tag_(&impl.label) {
+  ApiScope(Communicator::Impl& impl, const char* op) : lock_(impl.api_mu, std::try_to_lock), log_tag_(&impl.label) {
     if (!lock_.owns_lock()) {
       base::throw_error(ErrorCode::InvalidArgument,
                         fmt::format("{}: another thread is using this communicator; a communicator is used by one "
                                     "thread at a time",
                                     op));
     }
-    if (impl.failure) {
-      throw Error(ErrorCode::Aborted,
-                  fmt::format("{}: the communicator failed earlier and can no longer be used (create a new one): {}",
-                              op, impl.failure->message()),
-                  impl.failure->peer());
-    }
-  }
-
-  // Builds the context for an operation whose arguments were checked; consumes a sequence number.
-  algo::OpContext context(OpKind kind, AlgoId algo, size_t count, DataType dtype, const ReduceOp* rop, int root) {
-    algo::OpContext c;
-    c.transport = impl_.transport.get();
-    c.scratch = &impl_.scratch;
-    c.rank = impl_.rank;
-    c.size = impl_.size;
-    c.world_size = impl_.size;
-    c.topology = &impl_.topology;
-    c.inter_link = &impl_.link;
-    c.sent_to = impl_.sent_to.data();
-    c.received_from = impl_.received_from.data();
-    c.tag.op = kind;
-    c.tag.dtype = dtype;
-    c.tag.algo = algo;
-    c.tag.root = root;
-    c.tag.count = count;
-    c.tag.seq = impl_.next_seq++;
-    c.deadline = base::Deadline::after(impl_.config.timeout);
-    c.dtype = dtype;
-    c.esize = dtype_size(dtype);
-    c.slice_bytes = std::max(c.esize, impl_.config.slice_bytes - impl_.config.slice_bytes % c.esize);
-    if (rop) {
-      c.tag.has_reduce_op = true;
-      c.tag.reduce_op = *rop;
-      c.op = *rop;
-      c.reduce.fn = kernels::reduce_fn(dtype, *rop);
-      c.reduce.elem_size = c.esize;
-      c.reduce_final = c.reduce;
-      if (*rop == ReduceOp::Avg) {
-        c.reduce_final.sum_div = kernels::sum_div_fn(dtype);
-        c.reduce_final.divisor = static_cast<uint64_t>(impl_.size);
-        c.divide = kernels::div_fn(dtype);
-      }
-    }
-    return c;
-  }
-
-  template <class Body>
-  void run(Body&& body) {
-    try {
-      body();
-    } catch (const Error& e) {
-      throw fail(e);
-    } catch (const std::bad_alloc&) {
-      throw fail(Error(ErrorCode::Internal, fmt::format("{}: out of memory", op_)));
-    } catch (const std::exception& e) {
-      throw fail(Error(ErrorCode::Internal, fmt::format("{}: {}", op_, e.what())));
-    }
+    throw_if_failed(impl, op);
   }
 
  private:
-  // Records the failure and returns the error to throw.
-  Error fail(const Error& original) {
-    Error e = impl_.explain(original);
-    impl_.failure.emplace(e);
-    impl_.failed.store(true, std::memory_order_release);
-    base::log_warn("{} failed: {} [{}]", op_, e.message(), to_string(e.code()));
-    // The record goes to the store before the connections are torn down: a peer that sees them go looks it up
-    // (Impl::explain) and learns the real cause, even if our abort frames never reach it.
-    impl_.record_failure(e);
-    impl_.transport->fail(e);
-    return e;
-  }
-
-  Communicator::Impl& impl_;
-  const char* op_;
   std::unique_lock<std::mutex> lock_;
   base::LogTag log_tag_;
 };
+
+// Records a failure as the communicator's and returns the error to throw.
+Error fail(Communicator::Impl& impl, const char* op, const Error& original) {
+  Error e = impl.explain(original);
+  impl.failure.emplace(e);
+  impl.failed.store(true, std::memory_order_release);
+  base::log_warn("{} failed: {} [{}]", op, e.message(), to_string(e.code()));
+  // The record goes to the store before the connections are torn down: a peer that sees them go looks it up
+  // (Impl::explain) and learns the real cause, even if our abort frames never reach it.
+  impl.record_failure(e);
+  impl.transport->fail(e);
+  return e;
+}
+
+// Runs the I/O of one operation; any failure inside becomes the communicator's failure.
+template <class Body>
+void run_guarded(Communicator::Impl& impl, const char* op, Body&& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    throw fail(impl, op, e);
+  } catch (const std::bad_alloc&) {
+    throw fail(impl, op, Error(ErrorCode::Internal, fmt::format("{}: out of memory", op)));
+  } catch (const std::exception& e) {
+    throw fail(impl, op, Error(ErrorCode::Internal, fmt::format("{}: {}", op, e.what())));
+  }
+}
+
+// The context for an operation about to run; consumes a sequence number (so it is built on the executing
+// thread, in execution order, which is issue order).
+algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo, size_t count, DataType dtype,
+                             const ReduceOp* rop, int root) {
+  algo::OpContext c;
+  c.transport = impl.transport.get();
+  c.scratch = &impl.scratch;
+  c.rank = impl.rank;
+  c.size = impl.size;
+  c.world_size = impl.size;
+  c.topology = &impl.topology;
+  c.inter_link = &impl.link;
+  c.sent_to = impl.sent_to.data();
+  c.received_from = impl.received_from.data();
+  c.tag.op = kind;
+  c.tag.dtype = dtype;
+  c.tag.algo = algo;
+  c.tag.root = root;
+  c.tag.count = count;
+  c.tag.seq = impl.next_seq++;
+  c.deadline = base::Deadline::after(impl.config.timeout);
+  c.dtype = dtype;
+  c.esize = dtype_size(dtype);
+  c.slice_bytes = std::max(c.esize, impl.config.slice_bytes - impl.config.slice_bytes % c.esize);
+  if (rop) {
+    c.tag.has_reduce_op = true;
+    c.tag.reduce_op = *rop;
+    c.op = *rop;
+    c.reduce.fn = kernels::reduce_fn(dtype, *rop);
+    c.reduce.elem_size = c.esize;
+    c.reduce_final = c.reduce;
+    if (*rop == ReduceOp::Avg) {
+      c.reduce_final.sum_div = kernels::sum_div_fn(dtype);
+      c.reduce_final.divisor = static_cast<uint64_t>(impl.size);
+      c.divide = kernels::div_fn(dtype);
+    }
+  }
+  return c;
+}
 
 void copy_if_distinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
 }
 
-// One collective call, its arguments already checked.
-struct CollCall {
-  algo::Collective coll;
-  OpKind kind;
-  const char* op_name;
-  const void* send;
-  void* recv;
-  size_t count;
-  DataType dtype;
-  const ReduceOp* rop;  // null for data movement
-  int root;             // -1 when the collective has none
-  size_t local_bytes;   // what a world of one copies from send to recv
-  const CallOptions* opts;
-};
 
-algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
+algo::CallShape shape_of(const Communicator::Impl& impl, algo::Collective coll, size_t count, DataType dtype,
+                         int root) {
   algo::CallShape s;
-  s.coll = call.coll;
+  s.coll = coll;
   s.size = impl.size;
   s.rank = impl.rank;
-  s.root = std::max(call.root, 0);
-  s.count = call.count;
-  s.esize = dtype_size(call.dtype);
+  s.root = std::max(root, 0);
+  s.count = count;
+  s.esize = dtype_size(dtype);
   s.slice_bytes = std::max(s.esize, impl.config.slice_bytes - impl.config.slice_bytes % s.esize);
   s.topology = &impl.topology;
   s.intra = &impl.intra_link;
@@ -146,13 +144,17 @@ algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
   return s;
 }
 
-// The algorithm for a call: the call's option, else CHORUS_ALGO, else the cost model. An unknown name is an
-// InvalidArgument, raised before anything is sent.
-const algo::Algorithm& select_algorithm(Communicator::Impl& impl, const CollCall& call, const algo::CallShape& shape,
-                                        bool* forced, double* estimate) {
-  std::string_view name = call.opts && !call.opts->algorithm.empty()
-                              ? call.opts->algorithm
-                              : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
+algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
+  return shape_of(impl, call.coll, call.count, call.dtype, call.root);
+}
+
+// Chooses the algorithm for a call: `requested` (from CallOptions), else CHORUS_ALGO, else the cost model. An
+// unknown or inapplicable name is an InvalidArgument, raised before anything is queued or sent. Runs on the
+// API thread (it owns the choice cache).
+void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
+  const algo::CallShape shape = shape_of(impl, call);
+  std::string_view name =
+      !requested.empty() ? requested : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
   auto algos = algo::algorithms_for(call.coll);
   const auto& calibration = impl.calibration[static_cast<int>(call.coll)];
   const algo::Algorithm* chosen = nullptr;
@@ -168,20 +170,21 @@ const algo::Algorithm& select_algorithm(Communicator::Impl& impl, const CollCall
                         fmt::format("{}: algorithm '{}' needs {}", call.op_name, chosen->name, chosen->requirement));
     }
   }
-  *forced = chosen != nullptr;
+  call.forced = chosen != nullptr;
   const uint64_t key = (static_cast<uint64_t>(call.coll) << 56) |
                        (static_cast<uint64_t>(chosen ? chosen - algos.data() + 1 : 0) << 48) |
                        (static_cast<uint64_t>(shape.bytes()) & ((uint64_t{1} << 48) - 1));
   if (auto it = impl.choices.find(key); it != impl.choices.end()) {
-    *estimate = it->second.second;
-    return *it->second.first;
+    call.algorithm = it->second.first;
+    call.estimate = it->second.second;
+    return;
   }
   if (chosen) {
-    *estimate = algo::estimate(*chosen, shape, impl.link, calibration[chosen - algos.data()]);
+    call.estimate = algo::estimate(*chosen, shape, impl.link, calibration[chosen - algos.data()]);
   } else {
     double estimates[16];
     chosen = &algo::choose_algorithm(shape, impl.link, calibration.data(), estimates);
-    *estimate = estimates[chosen - algos.data()];
+    call.estimate = estimates[chosen - algos.data()];
     if (base::log_enabled(base::LogLevel::Info) &&
         impl.logged_choices.insert({static_cast<int>(call.coll), shape.bytes()}).second) {
       std::string alternatives;
@@ -192,8 +195,8 @@ const algo::Algorithm& select_algorithm(Communicator::Impl& impl, const CollCall
                      shape.bytes(), impl.size, chosen->name, alternatives);
     }
   }
-  if (impl.choices.size() < 4096) impl.choices.emplace(key, std::make_pair(chosen, *estimate));
-  return *chosen;
+  call.algorithm = chosen;
+  if (impl.choices.size() < 4096) impl.choices.emplace(key, std::make_pair(chosen, call.estimate));
 }
 
 // Marks the collective in progress for the stall check, for the scope of one call.
@@ -213,14 +216,15 @@ class CurrentOpScope {
   Communicator::Impl& impl_;
 };
 
-void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& call) {
-  algo::CallShape shape = shape_of(impl, call);
-  bool forced = false;
-  double estimate = 0;
-  const algo::Algorithm& algorithm = select_algorithm(impl, call, shape, &forced, &estimate);
-  algo::OpContext c = scope.context(call.kind, algorithm.id, call.count, call.dtype, call.rop, call.root);
+// ---- execution: the calling thread of a synchronous call or the progress thread, holding exec_mu
+
+void execute_collective(Communicator::Impl& impl, const CollCall& call) {
+  const algo::Algorithm& algorithm = *call.algorithm;
+  algo::OpContext c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
+                                   call.has_rop ? &call.rop : nullptr, call.root);
   CurrentOpScope current(impl, c.tag);
-  scope.run([&] {
+  const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
+  run_guarded(impl, call.op_name, [&] {
     impl.transport->check_peers();
     if (impl.size == 1) {
       copy_if_distinct(call.recv, call.send, call.local_bytes);
@@ -228,29 +232,410 @@ void run_collective(Communicator::Impl& impl, OpScope& scope, const CollCall& ca
       algorithm.run(c, call.send, call.recv, call.count, call.root);
     }
   });
-  algo::Traffic predicted = algorithm.traffic(shape);
+  algo::Traffic predicted = algorithm.traffic(shape_of(impl, call));
   OperationInfo& info = impl.last_op;
   info.collective = algo::collective_name(call.coll);
   info.algorithm = algorithm.name;
-  info.forced = forced;
+  info.forced = call.forced;
   info.count = call.count;
   info.bytes_sent = c.bytes_sent;
   info.bytes_received = c.bytes_received;
   info.predicted_sent = predicted.sent;
   info.predicted_received = predicted.received;
-  info.estimated_seconds = estimate;
+  info.estimated_seconds = call.estimate;
   ++impl.operations;
+  if (trace_start) {
+    core::trace::record_span(
+        info.collective, "collective", trace_start, core::trace::now_us(),
+        fmt::format(R"({{"seq":{},"algorithm":"{}","bytes":{},"count":{},"sent":{},"received":{},"comm":"{}"}})",
+                    c.tag.seq, algorithm.name, call.local_bytes, call.count, c.bytes_sent, c.bytes_received,
+                    impl.label));
+  }
 }
 
-void record_p2p(Communicator::Impl& impl, const char* what, size_t count, uint64_t sent, uint64_t received) {
+MessageTag p2p_frame_tag(const P2PCall& p, uint64_t seq) {
+  MessageTag tag;
+  tag.op = OpKind::SendRecv;
+  tag.dtype = p.dtype;
+  tag.algo = AlgoId::Direct;
+  tag.count = p.count;
+  tag.seq = seq;
+  return tag;
+}
+
+// Point-to-point calls that progress together: every send is queued first, then every receive runs, then
+// the sends are flushed. The transports keep writing queued sends while a receive waits, so any set of
+// matching pairs completes, whatever the sizes and the order of the calls on either side.
+void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
+  auto deadline = base::Deadline::after(impl.config.timeout);
+  const char* name = n == 1 ? (calls[0].is_send ? "send" : "recv") : "group send/recv";
+  const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
+  run_guarded(impl, name, [&] {
+    impl.transport->check_peers();
+    for (size_t i = 0; i < n; ++i) {
+      const P2PCall& p = calls[i];
+      if (p.is_send) impl.transport->isend(p.peer, p2p_frame_tag(p, impl.p2p_send_seq[p.peer]++), p.send, p.bytes, deadline);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const P2PCall& p = calls[i];
+      if (!p.is_send) impl.transport->recv(p.peer, p2p_frame_tag(p, impl.p2p_recv_seq[p.peer]++), p.recv, p.bytes, deadline);
+    }
+    impl.transport->flush(deadline);
+  });
+  uint64_t sent = 0, received = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const P2PCall& p = calls[i];
+    (p.is_send ? impl.sent_to : impl.received_from)[p.peer] += p.bytes;
+    (p.is_send ? sent : received) += p.bytes;
+  }
   OperationInfo& info = impl.last_op;
   info = OperationInfo{};
-  info.collective = what;
+  info.collective = n == 1 ? name : "sendrecv";
   info.algorithm = "direct";
-  info.count = count;
+  info.count = n == 1 ? calls[0].count : 0;
   info.bytes_sent = info.predicted_sent = sent;
   info.bytes_received = info.predicted_received = received;
-  ++impl.operations;
+  impl.operations += n;
+  if (trace_start) {
+    core::trace::record_span(name, "p2p", trace_start, core::trace::now_us(),
+                             fmt::format(R"({{"calls":{},"sent":{},"received":{},"comm":"{}"}})", n, sent, received,
+                                         impl.label));
+  }
+}
+
+void execute_op(Communicator::Impl& impl, const Op& op) {
+  if (auto* c = std::get_if<CollCall>(&op)) {
+    execute_collective(impl, *c);
+  } else {
+    execute_p2p(impl, &std::get<P2PCall>(op), 1);
+  }
+}
+
+const char* op_name(const Op& op) {
+  if (auto* c = std::get_if<CollCall>(&op)) return c->op_name;
+  return std::get<P2PCall>(op).is_send ? "send" : "recv";
+}
+
+// ---- groups
+
+// All-reduces at most this large are fused inside a group, into transfers at most kFuseMaxTotal large.
+constexpr size_t kFuseMaxBytes = size_t{4} << 20;
+constexpr size_t kFuseMaxTotal = size_t{64} << 20;
+
+// A recorded group, planned at group_end on the API thread: runs of fusable all_reduces become one call over
+// a staging buffer, runs of point-to-point calls progress together, the rest runs one by one.
+struct GroupPlan {
+  struct Step {
+    enum Kind { Single, Fused, P2P } kind;
+    size_t begin, end;  // [begin, end) in ops
+    CollCall fused{};   // Fused: the all_reduce over the staging buffer (its pointers set when it runs)
+  };
+  std::vector<Op> ops;
+  std::vector<Step> steps;
+};
+
+bool fusable(const Op& op) {
+  auto* c = std::get_if<CollCall>(&op);
+  return c && c->coll == algo::Collective::AllReduce && !c->forced && c->local_bytes <= kFuseMaxBytes;
+}
+
+GroupPlan plan_group(Communicator::Impl& impl, std::vector<Op> ops) {
+  GroupPlan plan;
+  plan.ops = std::move(ops);
+  const auto& v = plan.ops;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i + 1;
+    if (std::holds_alternative<P2PCall>(v[i])) {
+      while (j < v.size() && std::holds_alternative<P2PCall>(v[j])) ++j;
+      plan.steps.push_back({GroupPlan::Step::P2P, i, j});
+    } else if (fusable(v[i])) {
+      const auto& first = std::get<CollCall>(v[i]);
+      size_t total = first.local_bytes;
+      while (j < v.size() && fusable(v[j])) {
+        const auto& c = std::get<CollCall>(v[j]);
+        if (c.dtype != first.dtype || c.rop != first.rop || total + c.local_bytes > kFuseMaxTotal) break;
+        total += c.local_bytes;
+        ++j;
+      }
+      if (j - i == 1) {
+        plan.steps.push_back({GroupPlan::Step::Single, i, j});
+      } else {
+        GroupPlan::Step step{GroupPlan::Step::Fused, i, j};
+        step.fused = first;
+        step.fused.op_name = "all_reduce (fused group)";
+        step.fused.count = total / dtype_size(first.dtype);
+        step.fused.local_bytes = total;
+        step.fused.send = step.fused.recv = nullptr;
+        resolve(impl, step.fused, {});
+        plan.steps.push_back(std::move(step));
+      }
+    } else {
+      plan.steps.push_back({GroupPlan::Step::Single, i, j});
+    }
+    i = j;
+  }
+  return plan;
+}
+
+void execute_group(Communicator::Impl& impl, GroupPlan& plan) {
+  const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
+  struct TraceGroup {
+    int64_t start;
+    size_t calls, steps;
+    ~TraceGroup() {
+      if (start) {
+        core::trace::record_span("group", "group", start, core::trace::now_us(),
+                                 fmt::format(R"({{"calls":{},"steps":{}}})", calls, steps));
+      }
+    }
+  } trace_group{trace_start, plan.ops.size(), plan.steps.size()};
+  std::vector<P2PCall> p2p;
+  for (GroupPlan::Step& step : plan.steps) {
+    switch (step.kind) {
+      case GroupPlan::Step::Single:
+        execute_op(impl, plan.ops[step.begin]);
+        break;
+      case GroupPlan::Step::P2P:
+        p2p.clear();
+        for (size_t i = step.begin; i < step.end; ++i) p2p.push_back(std::get<P2PCall>(plan.ops[i]));
+        execute_p2p(impl, p2p.data(), p2p.size());
+        break;
+      case GroupPlan::Step::Fused: {
+        if (impl.fusion_buffer.size() < step.fused.local_bytes) impl.fusion_buffer.resize(step.fused.local_bytes);
+        std::byte* staging = impl.fusion_buffer.data();
+        size_t off = 0;
+        for (size_t i = step.begin; i < step.end; ++i) {
+          const auto& c = std::get<CollCall>(plan.ops[i]);
+          if (c.local_bytes) std::memcpy(staging + off, c.send, c.local_bytes);
+          off += c.local_bytes;
+        }
+        step.fused.send = staging;
+        step.fused.recv = staging;
+        execute_collective(impl, step.fused);
+        off = 0;
+        for (size_t i = step.begin; i < step.end; ++i) {
+          const auto& c = std::get<CollCall>(plan.ops[i]);
+          if (c.local_bytes) std::memcpy(c.recv, staging + off, c.local_bytes);
+          off += c.local_bytes;
+        }
+        break;
+      }
+    }
+  }
+}
+
+// ---- submission
+
+core::ProgressEngine& engine_of(Communicator::Impl& impl) {
+  if (!impl.engine) impl.engine = std::make_unique<core::ProgressEngine>(impl.label);
+  return *impl.engine;
+}
+
+// Runs a task on the progress thread and completes its Work.
+template <class Task>
+void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<detail::WorkState> state, Task task) {
+  auto shared = std::make_shared<Task>(std::move(task));
+  if (core::trace::enabled()) core::trace::record_instant(fmt::format("queue {}", name), "queue");
+  engine_of(impl).submit([&impl, name, state = std::move(state), shared] {
+    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    try {
+      throw_if_failed(impl, name);
+      (*shared)(impl);
+      state->complete();
+    } catch (...) {
+      state->complete(std::current_exception());
+    }
+  });
+}
+
+enum class Mode { Sync, Async };
+
+// Hands a checked operation on: into the open group, onto the progress thread, or (synchronous) run here
+// once everything queued before it has run.
+Work dispatch(Communicator::Impl& impl, Op op, Mode mode) {
+  if (impl.group_depth > 0) {
+    impl.group_ops.push_back(std::move(op));
+    return mode == Mode::Async ? Work(impl.group_state) : Work();
+  }
+  if (mode == Mode::Sync) {
+    if (impl.engine && !impl.engine->idle()) impl.engine->drain();
+    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    throw_if_failed(impl, op_name(op));  // something queued before this call may have failed
+    execute_op(impl, op);
+    return Work();
+  }
+  auto state = std::make_shared<detail::WorkState>();
+  submit_task(impl, op_name(op), state, [op = std::move(op)](Communicator::Impl& im) { execute_op(im, op); });
+  return Work(std::move(state));
+}
+
+// Waits until no asynchronous operation is queued or running.
+void quiesce(Communicator::Impl& impl) {
+  if (impl.engine && !impl.engine->idle()) impl.engine->drain();
+}
+
+// ---- argument checks (on the API thread, before anything is queued or sent)
+
+CollCall make_call(algo::Collective coll, OpKind kind, const char* name, const void* send, void* recv, size_t count,
+                   DataType type, const ReduceOp* op, int root, size_t local_bytes) {
+  return CollCall{coll, kind, name, send, recv, count, type, op != nullptr, op ? *op : ReduceOp::Sum, root,
+                  local_bytes};
+}
+
+CollCall prepare_all_reduce(Communicator::Impl& impl, const void* send, void* recv, size_t count, DataType type,
+                            ReduceOp op, const CallOptions& opts) {
+  constexpr const char* kOp = "all_reduce";
+  core::check_dtype(kOp, type);
+  core::check_reduce_op(kOp, op);
+  size_t bytes = core::checked_bytes(kOp, count, type);
+  core::check_pointer(kOp, "send", send, bytes);
+  core::check_pointer(kOp, "recv", recv, bytes);
+  core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
+  CollCall c = make_call(algo::Collective::AllReduce, OpKind::AllReduce, kOp, send, recv, count, type, &op, -1, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_broadcast(Communicator::Impl& impl, const void* send, void* recv, size_t count, DataType type,
+                           int root, const CallOptions& opts) {
+  constexpr const char* kOp = "broadcast";
+  core::check_dtype(kOp, type);
+  core::check_rank_arg(kOp, "root", root, impl.size);
+  size_t bytes = core::checked_bytes(kOp, count, type);
+  core::check_pointer(kOp, "recv", recv, bytes);
+  if (impl.rank == root) {
+    core::check_pointer(kOp, "send (on the root)", send, bytes);
+    core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
+  }
+  CollCall c =
+      make_call(algo::Collective::Broadcast, OpKind::Broadcast, kOp, send, recv, count, type, nullptr, root, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_reduce(Communicator::Impl& impl, const void* send, void* recv, size_t count, DataType type,
+                        ReduceOp op, int root, const CallOptions& opts) {
+  constexpr const char* kOp = "reduce";
+  core::check_dtype(kOp, type);
+  core::check_reduce_op(kOp, op);
+  core::check_rank_arg(kOp, "root", root, impl.size);
+  size_t bytes = core::checked_bytes(kOp, count, type);
+  core::check_pointer(kOp, "send", send, bytes);
+  if (impl.rank == root) {
+    core::check_pointer(kOp, "recv (on the root)", recv, bytes);
+    core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
+  }
+  CollCall c = make_call(algo::Collective::Reduce, OpKind::Reduce, kOp, send, recv, count, type, &op, root, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_all_gather(Communicator::Impl& impl, const void* send, void* recv, size_t send_count, DataType type,
+                            const CallOptions& opts) {
+  constexpr const char* kOp = "all_gather";
+  core::check_dtype(kOp, type);
+  size_t bytes = core::checked_bytes(kOp, send_count, type);
+  size_t total = core::checked_bytes(kOp, send_count, type, static_cast<size_t>(impl.size));
+  core::check_pointer(kOp, "send", send, bytes);
+  core::check_pointer(kOp, "recv", recv, total);
+  const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(impl.rank) * bytes : nullptr;
+  core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + rank * send_count");
+  CollCall c = make_call(algo::Collective::AllGather, OpKind::AllGather, kOp, send, recv, send_count, type, nullptr,
+                         -1, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_reduce_scatter(Communicator::Impl& impl, const void* send, void* recv, size_t recv_count,
+                                DataType type, ReduceOp op, const CallOptions& opts) {
+  constexpr const char* kOp = "reduce_scatter";
+  core::check_dtype(kOp, type);
+  core::check_reduce_op(kOp, op);
+  size_t bytes = core::checked_bytes(kOp, recv_count, type);
+  size_t total = core::checked_bytes(kOp, recv_count, type, static_cast<size_t>(impl.size));
+  core::check_pointer(kOp, "send", send, total);
+  core::check_pointer(kOp, "recv", recv, bytes);
+  // In place: recv == send + rank * recv_count, i.e. send == recv - rank * recv_count.
+  const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(impl.rank) * bytes : nullptr;
+  core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + rank * recv_count");
+  CollCall c = make_call(algo::Collective::ReduceScatter, OpKind::ReduceScatter, kOp, send, recv, recv_count, type,
+                         &op, -1, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_all_to_all(Communicator::Impl& impl, const void* send, void* recv, size_t count_per_peer,
+                            DataType type, const CallOptions& opts) {
+  constexpr const char* kOp = "all_to_all";
+  core::check_dtype(kOp, type);
+  size_t total = core::checked_bytes(kOp, count_per_peer, type, static_cast<size_t>(impl.size));
+  core::check_pointer(kOp, "send", send, total);
+  core::check_pointer(kOp, "recv", recv, total);
+  core::check_overlap(kOp, send, total, recv, total, recv, "requires send == recv");
+  CollCall c = make_call(algo::Collective::AllToAll, OpKind::AllToAll, kOp, send, recv, count_per_peer, type, nullptr,
+                         -1, total);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_gather(Communicator::Impl& impl, const void* send, void* recv, size_t send_count, DataType type,
+                        int root, const CallOptions& opts) {
+  constexpr const char* kOp = "gather";
+  core::check_dtype(kOp, type);
+  core::check_rank_arg(kOp, "root", root, impl.size);
+  size_t bytes = core::checked_bytes(kOp, send_count, type);
+  size_t total = core::checked_bytes(kOp, send_count, type, static_cast<size_t>(impl.size));
+  core::check_pointer(kOp, "send", send, bytes);
+  if (impl.rank == root) {
+    core::check_pointer(kOp, "recv (on the root)", recv, total);
+    const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes : nullptr;
+    core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + root * send_count");
+  }
+  CollCall c =
+      make_call(algo::Collective::Gather, OpKind::Gather, kOp, send, recv, send_count, type, nullptr, root, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_scatter(Communicator::Impl& impl, const void* send, void* recv, size_t recv_count, DataType type,
+                         int root, const CallOptions& opts) {
+  constexpr const char* kOp = "scatter";
+  core::check_dtype(kOp, type);
+  core::check_rank_arg(kOp, "root", root, impl.size);
+  size_t bytes = core::checked_bytes(kOp, recv_count, type);
+  size_t total = core::checked_bytes(kOp, recv_count, type, static_cast<size_t>(impl.size));
+  core::check_pointer(kOp, "recv", recv, bytes);
+  if (impl.rank == root) {
+    core::check_pointer(kOp, "send (on the root)", send, total);
+    const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(root) * bytes : nullptr;
+    core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + root * recv_count");
+  }
+  CollCall c =
+      make_call(algo::Collective::Scatter, OpKind::Scatter, kOp, send, recv, recv_count, type, nullptr, root, bytes);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+CollCall prepare_barrier(Communicator::Impl& impl, const CallOptions& opts) {
+  CollCall c = make_call(algo::Collective::Barrier, OpKind::Barrier, "barrier", nullptr, nullptr, 0, DataType::UInt8,
+                         nullptr, -1, 0);
+  resolve(impl, c, opts.algorithm);
+  return c;
+}
+
+P2PCall prepare_p2p(const Communicator::Impl& impl, bool is_send, const void* send, void* recv, size_t count,
+                    DataType type, int peer) {
+  const char* op = is_send ? "send" : "recv";
+  const void* buf = is_send ? send : recv;
+  core::check_dtype(op, type);
+  core::check_rank_arg(op, "peer", peer, impl.size);
+  if (peer == impl.rank) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("{}: peer is this rank; copy the data locally instead", op));
+  }
+  size_t bytes = core::checked_bytes(op, count, type);
+  core::check_pointer(op, "buf", buf, bytes);
+  return P2PCall{is_send, send, recv, count, type, peer, bytes};
 }
 
 }  // namespace
@@ -345,175 +730,189 @@ void Communicator::check_sizes(size_t small, size_t big, size_t factor, const ch
 
 // ---------------------------------------------------------------- collectives
 //
-// Each public call checks its arguments (throwing InvalidArgument before anything is sent), then hands a
-// CollCall to run_collective. The overloads without CallOptions pass none.
+// Each public call takes the API scope, checks its arguments and chooses the algorithm (throwing
+// InvalidArgument before anything is queued or sent), then dispatches: synchronously, to the progress
+// thread, or into the open group.
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   all_reduce(send, recv, count, type, op, CallOptions{});
 }
-
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                               const CallOptions& opts) {
-  constexpr const char* kOp = "all_reduce";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_reduce_op(kOp, op);
-  size_t bytes = core::checked_bytes(kOp, count, type);
-  core::check_pointer(kOp, "send", send, bytes);
-  core::check_pointer(kOp, "recv", recv, bytes);
-  core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
-  run_collective(*impl_, scope,
-                 {algo::Collective::AllReduce, OpKind::AllReduce, kOp, send, recv, count, type, &op, -1, bytes, &opts});
+  ApiScope api(*impl_, "all_reduce");
+  dispatch(*impl_, prepare_all_reduce(*impl_, send, recv, count, type, op, opts), Mode::Sync);
+}
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                                    const CallOptions& opts) {
+  ApiScope api(*impl_, "all_reduce");
+  return dispatch(*impl_, prepare_all_reduce(*impl_, send, recv, count, type, op, opts), Mode::Async);
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
   broadcast(send, recv, count, type, root, CallOptions{});
 }
-
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                              const CallOptions& opts) {
-  constexpr const char* kOp = "broadcast";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_rank_arg(kOp, "root", root, impl_->size);
-  size_t bytes = core::checked_bytes(kOp, count, type);
-  core::check_pointer(kOp, "recv", recv, bytes);
-  if (impl_->rank == root) {
-    core::check_pointer(kOp, "send (on the root)", send, bytes);
-    core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
-  }
-  run_collective(*impl_, scope, {algo::Collective::Broadcast, OpKind::Broadcast, kOp, send, recv, count, type,
-                                 nullptr, root, bytes, &opts});
+  ApiScope api(*impl_, "broadcast");
+  dispatch(*impl_, prepare_broadcast(*impl_, send, recv, count, type, root, opts), Mode::Sync);
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType type, int root,
+                                   const CallOptions& opts) {
+  ApiScope api(*impl_, "broadcast");
+  return dispatch(*impl_, prepare_broadcast(*impl_, send, recv, count, type, root, opts), Mode::Async);
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
   reduce(send, recv, count, type, op, root, CallOptions{});
 }
-
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
                           const CallOptions& opts) {
-  constexpr const char* kOp = "reduce";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_reduce_op(kOp, op);
-  core::check_rank_arg(kOp, "root", root, impl_->size);
-  size_t bytes = core::checked_bytes(kOp, count, type);
-  core::check_pointer(kOp, "send", send, bytes);
-  if (impl_->rank == root) {
-    core::check_pointer(kOp, "recv (on the root)", recv, bytes);
-    core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
-  }
-  run_collective(*impl_, scope,
-                 {algo::Collective::Reduce, OpKind::Reduce, kOp, send, recv, count, type, &op, root, bytes, &opts});
+  ApiScope api(*impl_, "reduce");
+  dispatch(*impl_, prepare_reduce(*impl_, send, recv, count, type, op, root, opts), Mode::Sync);
+}
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                                const CallOptions& opts) {
+  ApiScope api(*impl_, "reduce");
+  return dispatch(*impl_, prepare_reduce(*impl_, send, recv, count, type, op, root, opts), Mode::Async);
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type) {
   all_gather(send, recv, send_count, type, CallOptions{});
 }
-
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type,
                               const CallOptions& opts) {
-  constexpr const char* kOp = "all_gather";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  size_t bytes = core::checked_bytes(kOp, send_count, type);
-  size_t total = core::checked_bytes(kOp, send_count, type, static_cast<size_t>(impl_->size));
-  core::check_pointer(kOp, "send", send, bytes);
-  core::check_pointer(kOp, "recv", recv, total);
-  const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(impl_->rank) * bytes : nullptr;
-  core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + rank * send_count");
-  run_collective(*impl_, scope, {algo::Collective::AllGather, OpKind::AllGather, kOp, send, recv, send_count, type,
-                                 nullptr, -1, bytes, &opts});
+  ApiScope api(*impl_, "all_gather");
+  dispatch(*impl_, prepare_all_gather(*impl_, send, recv, send_count, type, opts), Mode::Sync);
+}
+Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DataType type,
+                                    const CallOptions& opts) {
+  ApiScope api(*impl_, "all_gather");
+  return dispatch(*impl_, prepare_all_gather(*impl_, send, recv, send_count, type, opts), Mode::Async);
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op) {
   reduce_scatter(send, recv, recv_count, type, op, CallOptions{});
 }
-
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                                   const CallOptions& opts) {
-  constexpr const char* kOp = "reduce_scatter";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_reduce_op(kOp, op);
-  size_t bytes = core::checked_bytes(kOp, recv_count, type);
-  size_t total = core::checked_bytes(kOp, recv_count, type, static_cast<size_t>(impl_->size));
-  core::check_pointer(kOp, "send", send, total);
-  core::check_pointer(kOp, "recv", recv, bytes);
-  // In place: recv == send + rank * recv_count, i.e. send == recv - rank * recv_count.
-  const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(impl_->rank) * bytes : nullptr;
-  core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + rank * recv_count");
-  run_collective(*impl_, scope, {algo::Collective::ReduceScatter, OpKind::ReduceScatter, kOp, send, recv, recv_count,
-                                 type, &op, -1, bytes, &opts});
+  ApiScope api(*impl_, "reduce_scatter");
+  dispatch(*impl_, prepare_reduce_scatter(*impl_, send, recv, recv_count, type, op, opts), Mode::Sync);
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                                        const CallOptions& opts) {
+  ApiScope api(*impl_, "reduce_scatter");
+  return dispatch(*impl_, prepare_reduce_scatter(*impl_, send, recv, recv_count, type, op, opts), Mode::Async);
 }
 
 void Communicator::all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type) {
   all_to_all(send, recv, count_per_peer, type, CallOptions{});
 }
-
 void Communicator::all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type,
                               const CallOptions& opts) {
-  constexpr const char* kOp = "all_to_all";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  size_t total = core::checked_bytes(kOp, count_per_peer, type, static_cast<size_t>(impl_->size));
-  core::check_pointer(kOp, "send", send, total);
-  core::check_pointer(kOp, "recv", recv, total);
-  core::check_overlap(kOp, send, total, recv, total, recv, "requires send == recv");
-  run_collective(*impl_, scope, {algo::Collective::AllToAll, OpKind::AllToAll, kOp, send, recv, count_per_peer, type,
-                                 nullptr, -1, total, &opts});
+  ApiScope api(*impl_, "all_to_all");
+  dispatch(*impl_, prepare_all_to_all(*impl_, send, recv, count_per_peer, type, opts), Mode::Sync);
+}
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count_per_peer, DataType type,
+                                    const CallOptions& opts) {
+  ApiScope api(*impl_, "all_to_all");
+  return dispatch(*impl_, prepare_all_to_all(*impl_, send, recv, count_per_peer, type, opts), Mode::Async);
 }
 
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType type, int root) {
   gather(send, recv, send_count, type, root, CallOptions{});
 }
-
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType type, int root,
                           const CallOptions& opts) {
-  constexpr const char* kOp = "gather";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_rank_arg(kOp, "root", root, impl_->size);
-  size_t bytes = core::checked_bytes(kOp, send_count, type);
-  size_t total = core::checked_bytes(kOp, send_count, type, static_cast<size_t>(impl_->size));
-  core::check_pointer(kOp, "send", send, bytes);
-  if (impl_->rank == root) {
-    core::check_pointer(kOp, "recv (on the root)", recv, total);
-    const void* in_place = recv ? static_cast<const char*>(recv) + static_cast<size_t>(root) * bytes : nullptr;
-    core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + root * send_count");
-  }
-  run_collective(*impl_, scope, {algo::Collective::Gather, OpKind::Gather, kOp, send, recv, send_count, type, nullptr,
-                                 root, bytes, &opts});
+  ApiScope api(*impl_, "gather");
+  dispatch(*impl_, prepare_gather(*impl_, send, recv, send_count, type, root, opts), Mode::Sync);
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType type, int root,
+                                const CallOptions& opts) {
+  ApiScope api(*impl_, "gather");
+  return dispatch(*impl_, prepare_gather(*impl_, send, recv, send_count, type, root, opts), Mode::Async);
 }
 
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType type, int root) {
   scatter(send, recv, recv_count, type, root, CallOptions{});
 }
-
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType type, int root,
                            const CallOptions& opts) {
-  constexpr const char* kOp = "scatter";
-  OpScope scope(*impl_, kOp);
-  core::check_dtype(kOp, type);
-  core::check_rank_arg(kOp, "root", root, impl_->size);
-  size_t bytes = core::checked_bytes(kOp, recv_count, type);
-  size_t total = core::checked_bytes(kOp, recv_count, type, static_cast<size_t>(impl_->size));
-  core::check_pointer(kOp, "recv", recv, bytes);
-  if (impl_->rank == root) {
-    core::check_pointer(kOp, "send (on the root)", send, total);
-    const void* in_place = recv ? static_cast<const char*>(recv) - static_cast<size_t>(root) * bytes : nullptr;
-    core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + root * recv_count");
-  }
-  run_collective(*impl_, scope, {algo::Collective::Scatter, OpKind::Scatter, kOp, send, recv, recv_count, type,
-                                 nullptr, root, bytes, &opts});
+  ApiScope api(*impl_, "scatter");
+  dispatch(*impl_, prepare_scatter(*impl_, send, recv, recv_count, type, root, opts), Mode::Sync);
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType type, int root,
+                                 const CallOptions& opts) {
+  ApiScope api(*impl_, "scatter");
+  return dispatch(*impl_, prepare_scatter(*impl_, send, recv, recv_count, type, root, opts), Mode::Async);
 }
 
 void Communicator::barrier() { barrier(CallOptions{}); }
-
 void Communicator::barrier(const CallOptions& opts) {
-  OpScope scope(*impl_, "barrier");
-  run_collective(*impl_, scope, {algo::Collective::Barrier, OpKind::Barrier, "barrier", nullptr, nullptr, 0,
-                                 DataType::UInt8, nullptr, -1, 0, &opts});
+  ApiScope api(*impl_, "barrier");
+  dispatch(*impl_, prepare_barrier(*impl_, opts), Mode::Sync);
+}
+Work Communicator::barrier_async(const CallOptions& opts) {
+  ApiScope api(*impl_, "barrier");
+  return dispatch(*impl_, prepare_barrier(*impl_, opts), Mode::Async);
+}
+
+// ---------------------------------------------------------------- groups
+
+void Communicator::group_start() {
+  ApiScope api(*impl_, "group_start");
+  if (impl_->group_depth++ == 0) {
+    impl_->group_ops.clear();
+    impl_->group_state = std::make_shared<detail::WorkState>();
+  }
+}
+
+namespace {
+// Closes one level of group; at the outermost level, submits what was recorded. Sets *submitted then.
+Work end_group(Communicator::Impl& impl, bool* submitted) {
+  *submitted = false;
+  if (impl.group_depth == 0) {
+    base::throw_error(ErrorCode::InvalidArgument, "group_end: no group is open (call group_start first)");
+  }
+  if (--impl.group_depth > 0) return Work(impl.group_state);
+  auto state = std::move(impl.group_state);
+  std::vector<Op> ops = std::move(impl.group_ops);
+  impl.group_ops.clear();
+  *submitted = true;
+  if (ops.empty()) {
+    state->complete();
+    return Work(std::move(state));
+  }
+  GroupPlan plan = plan_group(impl, std::move(ops));
+  submit_task(impl, "group", state,
+              [plan = std::move(plan)](Communicator::Impl& im) mutable { execute_group(im, plan); });
+  return Work(std::move(state));
+}
+}  // namespace
+
+Work Communicator::group_end_async() {
+  ApiScope api(*impl_, "group_end");
+  bool submitted;
+  return end_group(*impl_, &submitted);
+}
+
+void Communicator::group_end() {
+  Work w;
+  bool submitted;
+  {
+    ApiScope api(*impl_, "group_end");
+    w = end_group(*impl_, &submitted);
+  }
+  if (submitted) w.wait();
+}
+
+void Communicator::synchronize() {
+  std::unique_lock<std::mutex> lock(impl_->api_mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      "synchronize: another thread is using this communicator; a communicator is used by one thread "
+                      "at a time");
+  }
+  quiesce(*impl_);
 }
 
 // ---------------------------------------------------------------- introspection
@@ -535,12 +934,14 @@ std::string Communicator::automatic_algorithm(std::string_view collective, size_
   algo::Collective c;
   if (!algo::parse_collective(collective, &c)) algorithm_names(collective);  // throws the precise error
   core::check_dtype("automatic_algorithm", type);
-  CollCall call{c, OpKind::None, "automatic_algorithm", nullptr, nullptr, count, type, nullptr, 0, 0, nullptr};
-  return algo::choose_algorithm(shape_of(*impl_, call), impl_->link, impl_->calibration[static_cast<int>(c)].data())
+  return algo::choose_algorithm(shape_of(*impl_, c, count, type, 0), impl_->link,
+                               impl_->calibration[static_cast<int>(c)].data())
       .name;
 }
 
 TrafficCounters Communicator::traffic() const {
+  quiesce(*impl_);
+  std::lock_guard<std::mutex> lock(impl_->exec_mu);
   TrafficCounters t;
   t.sent_to = impl_->sent_to;
   t.received_from = impl_->received_from;
@@ -553,61 +954,29 @@ TrafficCounters Communicator::traffic() const {
   return t;
 }
 
-OperationInfo Communicator::last_operation() const { return impl_->last_op; }
+OperationInfo Communicator::last_operation() const {
+  quiesce(*impl_);
+  std::lock_guard<std::mutex> lock(impl_->exec_mu);
+  return impl_->last_op;
+}
 
 // ---------------------------------------------------------------- point to point
 
-namespace {
-// Checks a point-to-point call's arguments and builds its frame tag; `seq` is the pair's counter.
-MessageTag p2p_tag(const Communicator::Impl& impl, const char* op, const void* buf, size_t count, DataType type,
-                   int peer, uint64_t seq, size_t* bytes) {
-  core::check_dtype(op, type);
-  core::check_rank_arg(op, "peer", peer, impl.size);
-  if (peer == impl.rank) {
-    base::throw_error(ErrorCode::InvalidArgument,
-                      fmt::format("{}: peer is this rank; copy the data locally instead", op));
-  }
-  *bytes = core::checked_bytes(op, count, type);
-  core::check_pointer(op, "buf", buf, *bytes);
-  MessageTag tag;
-  tag.op = OpKind::SendRecv;
-  tag.dtype = type;
-  tag.algo = AlgoId::Direct;
-  tag.count = count;
-  tag.seq = seq;
-  return tag;
-}
-}  // namespace
-
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
-  OpScope scope(*impl_, "send");
-  size_t bytes = 0;
-  MessageTag tag = p2p_tag(*impl_, "send", buf, count, type, peer,
-                           peer >= 0 && peer < impl_->size ? impl_->p2p_send_seq[peer] : 0, &bytes);
-  auto deadline = base::Deadline::after(impl_->config.timeout);
-  scope.run([&] {
-    impl_->transport->check_peers();
-    impl_->transport->isend(peer, tag, buf, bytes, deadline);
-    impl_->transport->flush(deadline);
-    ++impl_->p2p_send_seq[peer];
-  });
-  impl_->sent_to[peer] += bytes;
-  record_p2p(*impl_, "send", count, bytes, 0);
+  ApiScope api(*impl_, "send");
+  dispatch(*impl_, prepare_p2p(*impl_, true, buf, nullptr, count, type, peer), Mode::Sync);
 }
-
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
-  OpScope scope(*impl_, "recv");
-  size_t bytes = 0;
-  MessageTag tag = p2p_tag(*impl_, "recv", buf, count, type, peer,
-                           peer >= 0 && peer < impl_->size ? impl_->p2p_recv_seq[peer] : 0, &bytes);
-  auto deadline = base::Deadline::after(impl_->config.timeout);
-  scope.run([&] {
-    impl_->transport->check_peers();
-    impl_->transport->recv(peer, tag, buf, bytes, deadline);
-    ++impl_->p2p_recv_seq[peer];
-  });
-  impl_->received_from[peer] += bytes;
-  record_p2p(*impl_, "recv", count, 0, bytes);
+  ApiScope api(*impl_, "recv");
+  dispatch(*impl_, prepare_p2p(*impl_, false, nullptr, buf, count, type, peer), Mode::Sync);
+}
+Work Communicator::send_async(const void* buf, size_t count, DataType type, int peer) {
+  ApiScope api(*impl_, "send");
+  return dispatch(*impl_, prepare_p2p(*impl_, true, buf, nullptr, count, type, peer), Mode::Async);
+}
+Work Communicator::recv_async(void* buf, size_t count, DataType type, int peer) {
+  ApiScope api(*impl_, "recv");
+  return dispatch(*impl_, prepare_p2p(*impl_, false, nullptr, buf, count, type, peer), Mode::Async);
 }
 
 // ---------------------------------------------------------------- split
@@ -623,7 +992,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   all_gather(mine, all.data(), 2, DataType::Int64);
   uint64_t split_index;
   {
-    std::lock_guard<std::mutex> lock(impl_->call_mu);
+    std::lock_guard<std::mutex> lock(impl_->exec_mu);
     split_index = impl_->splits++;
   }
   if (color == kNoColor) return nullptr;

@@ -16,7 +16,9 @@
 #include "algo/primitives.h"
 #include "algo/registry.h"
 #include "chorus/communicator.h"
+#include "core/call.h"
 #include "core/config.h"
+#include "core/progress.h"
 #include "transport/transport.h"
 
 namespace chorus {
@@ -39,9 +41,21 @@ struct Communicator::Impl {
   std::array<std::vector<algo::Calibration>, algo::kNumCollectives> calibration;
   algo::Topology topology;
   std::string tuning_source;
+  bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 
-  // Guarded by call_mu, which a call holds from start to end.
-  std::mutex call_mu;
+  // api_mu: held by the caller for one API call (a synchronous call: all of it; an asynchronous one: its
+  // checks and enqueue). try_lock on it is the one-thread-at-a-time check. Guards the choice cache, the
+  // group being recorded and the creation of the engine.
+  std::mutex api_mu;
+  int group_depth = 0;
+  std::vector<core::Op> group_ops;
+  std::shared_ptr<detail::WorkState> group_state;
+  std::unique_ptr<core::ProgressEngine> engine;  // created by the first asynchronous call
+
+  // exec_mu: held by the thread executing operations (the progress thread, or a synchronous caller once the
+  // queue has drained). It guards everything below, up to `choices`, which the API thread owns.
+  std::mutex exec_mu;
+  std::vector<std::byte> fusion_buffer;  // staging for fused all_reduces in a group
   uint64_t next_seq = 0;
   std::vector<uint64_t> p2p_send_seq, p2p_recv_seq;
   std::optional<Error> failure;

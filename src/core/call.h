@@ -1,0 +1,46 @@
+// A checked operation, as the API thread hands it to the executing thread (synchronous caller, progress
+// thread, or a recorded group).
+#pragma once
+
+#include <cstddef>
+#include <variant>
+
+#include "algo/registry.h"
+#include "chorus/types.h"
+#include "transport/frame.h"
+
+namespace chorus::core {
+
+// One collective call, its arguments checked and its algorithm chosen.
+struct CollCall {
+  algo::Collective coll;
+  transport::OpKind kind;
+  const char* op_name;
+  const void* send;
+  void* recv;
+  size_t count;
+  DataType dtype;
+  bool has_rop;
+  ReduceOp rop;  // when has_rop
+  int root;            // -1 when the collective has none
+  size_t local_bytes;  // what a world of one copies from send to recv
+  // Chosen by resolve():
+  const algo::Algorithm* algorithm = nullptr;
+  bool forced = false;
+  double estimate = 0;
+};
+
+// One point-to-point call, its arguments checked.
+struct P2PCall {
+  bool is_send;
+  const void* send;
+  void* recv;
+  size_t count;
+  DataType dtype;
+  int peer;
+  size_t bytes;
+};
+
+using Op = std::variant<CollCall, P2PCall>;
+
+}  // namespace chorus::core
