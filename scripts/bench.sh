@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Reruns the performance comparison of docs/performance.md in one command, and regenerates its tables and plots.
+#
+#   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--quick]
+#
+# For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
+# for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
+#   - the memory-bandwidth probe (../shared/peers/membw.c)          -> docs/data/bench/membw.txt
+#   - peak resident memory of `chorus-perf allreduce -b 64M -e 64M`  -> docs/data/bench/rss.txt
+#   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
+#     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md
+# --quick: all_reduce only, 2 ranks (a few minutes). The full run takes about 2 hours on the 2-core machine:
+# run it on a quiet machine, since every figure is a side-by-side ratio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp"
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
+    --quick) COLLS=allreduce RANKS=2; shift ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
+  esac
+done
+PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
+OUT=docs/data/bench
+mkdir -p "$OUT" docs/img
+[[ -x build/bin/chorus-perf ]] || ./scripts/build.sh
+python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null; }
+
+echo "== memory bandwidth"
+cc -O2 -o /tmp/chorus-membw "$PEERS/membw.c"
+{ date -u; for b in 1048576 16777216 67108864; do /tmp/chorus-membw "$b"; done; } | tee "$OUT/membw.txt"
+
+echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
+{
+  date -u
+  echo "# user buffers: send + recv + expected (checking) = 3 x 64 MiB = 196608 KiB per rank"
+  for t in shm tcp; do
+    CHORUS_TRANSPORT=$t build/bin/chorus-run -n 2 -- /usr/bin/time -f "transport $t maxrss_kb %M" \
+      build/bin/chorus-perf allreduce -b 64M -e 64M -n 5 -w 1 2>&1 | grep maxrss_kb
+  done
+} | tee "$OUT/rss.txt"
+
+for t in $TRANSPORTS; do
+  for n in $RANKS; do
+    for c in $COLLS; do
+      f=$OUT/compare-$c-${n}ranks-$t.txt
+      echo "== $c, $n ranks, $t -> $f"
+      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
+        echo "compare.sh failed: see $f"
+      # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
+      pkill -f mpi_coll_mpich 2>/dev/null || true
+    done
+  done
+done
+
+PY=python3; $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
+$PY scripts/plot-bench.py "$OUT" --img docs/img --summary "$OUT/summary.md"
+echo "tables: $OUT/summary.md; plots: docs/img/bench-*.png"

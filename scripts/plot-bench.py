@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Plots and tabulates the compare.sh outputs that scripts/bench.sh writes.
+
+  scripts/plot-bench.py DIR [--img DIR] [--summary FILE]
+
+For every collective and transport: a PNG of bus bandwidth against message size (one line per
+implementation, one panel per world size) in --img, and a Markdown table of chorus time / best peer time per
+size (below 1: chorus is faster) in --summary.
+"""
+import argparse
+import collections
+import glob
+import os
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def parse(path):
+    """{implementation: {size: (time_us, busbw)}} and the ratio rows [(size, chorus, best, peer, ratio)]."""
+    tables, ratios, cur = {}, [], None
+    for line in open(path):
+        m = re.match(r"## (\S+)\s+\(", line)
+        if m:
+            cur = m.group(1)
+            tables[cur] = {}
+            continue
+        if line.startswith("## chorus time / best peer"):
+            cur = "ratio"
+            continue
+        f = line.split()
+        if not f or not f[0].isdigit() or cur is None:
+            continue
+        if cur == "ratio" and len(f) >= 5:
+            ratios.append((int(f[0]), float(f[1]), float(f[2]), f[3], float(f[4])))
+        elif cur != "ratio" and len(f) >= 4:
+            try:
+                tables[cur][int(f[0])] = (float(f[1]), float(f[3]))
+            except ValueError:
+                pass
+    return tables, ratios
+
+
+def human(n):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--img", default="docs/img")
+    ap.add_argument("--summary")
+    a = ap.parse_args()
+    runs = collections.defaultdict(dict)  # (coll, transport) -> {n: path}
+    for p in sorted(glob.glob(os.path.join(a.dir, "compare-*-*ranks-*.txt"))):
+        m = re.match(r"compare-(\w+)-(\d+)ranks-(\w+)\.txt", os.path.basename(p))
+        if m:
+            runs[(m.group(1), m.group(3))][int(m.group(2))] = p
+    os.makedirs(a.img, exist_ok=True)
+    md = ["# chorus time / best peer time (below 1: chorus is faster)", ""]
+    for (coll, t), by_n in sorted(runs.items()):
+        ns = sorted(by_n)
+        fig, axes = plt.subplots(1, len(ns), figsize=(6 * len(ns), 4.2), squeeze=False)
+        for ax, n in zip(axes[0], ns):
+            tables, ratios = parse(by_n[n])
+            for impl, rows in sorted(tables.items()):
+                sizes = sorted(s for s in rows if rows[s][1] > 0)
+                if not sizes:
+                    continue
+                style = dict(linewidth=2.5, color="black") if impl.startswith("chorus") else dict(linewidth=1.2)
+                ax.plot(sizes, [rows[s][1] for s in sizes], marker=".", label=impl, **style)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel("bus bandwidth (GB/s)")
+            ax.set_title(f"{coll}, {n} ranks, {t}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+            md += [f"## {coll}, {n} ranks, {t}", "", "| size | chorus (us) | best peer (us) | best peer | ratio |",
+                   "|---|---|---|---|---|"]
+            md += [f"| {human(s)} | {c:g} | {b:g} | {p} | {r:.2f} |" for s, c, b, p, r in ratios]
+            if ratios:
+                worst = max(ratios, key=lambda x: x[4])
+                md += ["", f"worst ratio {worst[4]:.2f} at {human(worst[0])}; "
+                       f"{sum(r[4] <= 1.0 for r in ratios)}/{len(ratios)} sizes at or below 1.0", ""]
+        fig.tight_layout()
+        out = os.path.join(a.img, f"bench-{coll}-{t}.png")
+        fig.savefig(out, dpi=90)
+        plt.close(fig)
+        print("wrote", out)
+    if a.summary:
+        with open(a.summary, "w") as f:
+            f.write("\n".join(md) + "\n")
+        print("wrote", a.summary)
+
+
+if __name__ == "__main__":
+    main()
