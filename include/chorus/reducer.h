@@ -10,14 +10,17 @@
 // Buckets: parameters are assigned to buckets in reverse registration order (backward computes the last
 // layers first), the first bucket capped at first_bucket_bytes and the others at bucket_cap_bytes; a
 // parameter is never split, so one larger than the cap gets a bucket of its own. Parameters of different
-// dtypes never share a bucket. Buckets are fixed at the first mark_ready (or bucket_views()/buckets()).
+// dtypes never share a bucket (each dtype fills its own buckets, its first one capped at first_bucket_bytes).
+// Buckets are fixed at the first mark_ready (or gradient()/buckets()).
 //
 // Launch order is identical on every rank even when the order of mark_ready calls differs between ranks:
 // each policy either launches in a fixed order or agrees on the next bucket with the other ranks first.
 //
 // Threads: one thread calls a Reducer. The Reducer runs its all_reduces on a communicator of its own, split
 // from the one passed in (so the caller may keep using that one meanwhile); creating a Reducer is therefore
-// collective: every rank of `comm` constructs one, in the same order as other collectives.
+// collective: every rank of `comm` constructs one, in the same order as other collectives. ReadyOrder
+// launches from the caller's thread (all_reduce_async); FrontFirst and LargestFirst start one scheduler
+// thread at the first step, which alone uses the Reducer's communicator and sleeps while nothing is ready.
 //
 // Errors (chorus::Error, InvalidArgument unless noted, naming the parameter and its index): marking a
 // parameter twice in one step, an index or name that was never registered, registering after the buckets
@@ -60,7 +63,7 @@ struct ReducerOptions {
   bool gradient_as_bucket_view = false;
   BucketPolicy policy = BucketPolicy::ReadyOrder;
   // FrontFirst: the size of the partitions buckets are cut into, so a late, high-priority bucket can go
-  // ahead of the rest of a large one.
+  // ahead of the rest of a large one. 0: whole buckets.
   size_t partition_bytes = size_t{4} << 20;
 };
 
