@@ -47,14 +47,24 @@ const char* algo_name(AlgoId algo) noexcept {
 }
 
 uint32_t header_checksum(const FrameHeader& h) noexcept {
-  // FNV-1a over every byte before the checksum field.
+  // A multiply-xor hash over the header's first 60 bytes, eight at a time: each step is a bijection of the
+  // 64-bit state, so any change to one word changes the state, and the final fold keeps 32 bits. About ten
+  // times cheaper than a byte-wise FNV-1a, which took a quarter of a small all_reduce's CPU time (callgrind).
+  static_assert(offsetof(FrameHeader, checksum) == 60, "the checksum covers 7 words and 4 bytes");
   const auto* p = reinterpret_cast<const unsigned char*>(&h);
-  uint32_t x = 2166136261u;
-  for (size_t i = 0; i < offsetof(FrameHeader, checksum); ++i) {
-    x ^= p[i];
-    x *= 16777619u;
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  uint64_t x = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < 56; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    x = (x ^ w) * kMul;
+    x ^= x >> 29;
   }
-  return x;
+  uint32_t tail;
+  std::memcpy(&tail, p + 56, 4);
+  x = (x ^ tail) * kMul;
+  x ^= x >> 32;
+  return static_cast<uint32_t>(x);
 }
 
 FrameHeader make_header(FrameKind kind, const MessageTag& tag, uint64_t length, uint64_t comm_tag, int src_rank) {
