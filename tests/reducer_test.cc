@@ -15,6 +15,11 @@
 
 #include "test_util.h"
 
+namespace chorus {
+// Readable test parameters in ctest's listing.
+void PrintTo(BucketPolicy p, std::ostream* os) { *os << to_string(p); }
+}  // namespace chorus
+
 namespace chorus::testing {
 namespace {
 
@@ -245,11 +250,12 @@ struct ResultParam {
   TransportKind transport = TransportKind::InProc;
 };
 
-std::string result_name(const ::testing::TestParamInfo<ResultParam>& info) {
-  const ResultParam& p = info.param;
+std::string result_label(const ResultParam& p) {
   return std::string(to_string(p.policy)) + "_" + std::to_string(p.world_size) + "ranks_" +
          (p.views ? "views" : "copies") + "_" + (p.average ? "avg" : "sum") + "_" + transport_label(p.transport);
 }
+std::string result_name(const ::testing::TestParamInfo<ResultParam>& info) { return result_label(info.param); }
+void PrintTo(const ResultParam& p, std::ostream* os) { *os << result_label(p); }
 
 // A small model: mixed sizes (one far larger than the cap, some empty), three dtypes.
 struct Layer {
