@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -63,7 +64,11 @@ void send_hello(int fd, const Hello& h, const base::Deadline& deadline, int peer
 }  // namespace
 
 TcpTransport::TcpTransport(int rank, int size, uint64_t comm_tag)
-    : Transport(rank, size), comm_tag_(comm_tag), peers_(size), staging_(new char[kStagingBytes]) {}
+    : Transport(rank, size), comm_tag_(comm_tag), peers_(size), staging_(new char[kStagingBytes]) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  yield_ = static_cast<unsigned>(size) > cores;
+  spin_ = yield_ ? 8 : 64;
+}
 
 std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
                                                     uint64_t comm_tag, const TcpOptions& options,
@@ -338,6 +343,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   size_t piece = reduction ? std::min(len, kStagingBytes) : len;
   size_t pgot = 0;
   char* pdst = reduction ? staging_.get() : dst;
+  int spins = 0;
   while (true) {
     iovec iov[2];
     int n = 0;
@@ -346,7 +352,13 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
     if (n > 0) {
       ssize_t r = read_some(peer, iov, n);
       if (r < 0) {
-        poll_once(deadline, peer, peer, "data", &tag);
+        if (spins < spin_) {
+          ++spins;
+          if (yield_) sched_yield();
+          poll_once(deadline, peer, peer, "data", &tag, /*nonblocking=*/true);  // keeps our sends moving
+        } else {
+          poll_once(deadline, peer, peer, "data", &tag);
+        }
         continue;
       }
       if (r == 0) {
@@ -422,17 +434,19 @@ void TcpTransport::on_unexpected_frame(int peer, const FrameHeader& h, const Mes
 // ---------------------------------------------------------------- waiting and failures
 
 void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
-                             const MessageTag* tag) {
+                             const MessageTag* tag, bool nonblocking) {
   if (reading_peer >= 0) set_interest(reading_peer, EPOLLIN, true);
   // In a hybrid, the shared-memory side's queued sends move between our waits, which stay short meanwhile.
   const bool external_busy = external_progress_ && external_progress_();
   epoll_event events[64];
-  int n = ::epoll_wait(epoll_.get(), events, 64, deadline.poll_timeout_ms(external_busy ? 1 : 1000));
+  int n = ::epoll_wait(epoll_.get(), events, 64,
+                       nonblocking ? 0 : deadline.poll_timeout_ms(external_busy ? 1 : 1000));
   if (n < 0) {
     if (errno == EINTR) return;
     base::throw_errno("epoll_wait", errno);
   }
   if (n == 0) {
+    if (nonblocking) return;
     if (!external_busy) stalled();
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,

@@ -91,14 +91,20 @@ class TcpTransport final : public Transport {
   void progress_sends(int peer);
   // One round of waiting: flushes writable sockets, notices hang-ups and aborts. reading_peer (or -1) is
   // the peer whose socket the caller reads itself.
+  // With `nonblocking`, only handles what is already pending and returns at once.
   void poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
-                 const MessageTag* tag);
+                 const MessageTag* tag, bool nonblocking = false);
   void handle_hangup(int peer);
   [[noreturn]] void throw_peer_error(int peer, const char* context);
   void set_interest(int peer, uint32_t bits, bool on);
   void check_usable();
 
   uint64_t comm_tag_;
+  // A receive that finds its socket empty polls this many times before sleeping in epoll_wait: the reply
+  // to a small message often arrives within microseconds, sooner than a sleeping thread wakes up. With more
+  // ranks than cores each poll yields the core instead (and polls fewer times).
+  int spin_ = 0;
+  bool yield_ = false;
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
