@@ -265,6 +265,23 @@ TEST_F(Trace, ARealRunRecordsEveryOperationOnTheThreadThatRanIt) {
   EXPECT_EQ(queued, 4);  // one async all_reduce and one group per rank
 }
 
+TEST_F(Trace, TraceScopeFunctionAndInstants) {
+  trace::set_rank(0);
+  {
+    auto s = trace_scope("backward layer 12");
+    trace_instant("bucket 3 ready", "reducer");
+  }
+  trace_flush();
+  json doc = read_json(dir_ / "chorus-trace-rank0.json");
+  bool span = false, instant = false;
+  for (const auto& e : doc["traceEvents"]) {
+    span |= e["ph"] == "X" && e["name"] == "backward layer 12" && e["cat"] == "compute";
+    instant |= e["ph"] == "i" && e["name"] == "bucket 3 ready" && e["cat"] == "reducer";
+  }
+  EXPECT_TRUE(span);
+  EXPECT_TRUE(instant);
+}
+
 TEST_F(Trace, OffRecordsAndWritesNothing) {
   trace::set_output_for_testing("");
   EXPECT_FALSE(trace_enabled());

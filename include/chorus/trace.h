@@ -36,6 +36,14 @@ class CHORUS_API TraceScope {
   std::string category_;
 };
 
+// The same as a TraceScope, as a function: `auto s = chorus::trace_scope("backward layer 12");`
+[[nodiscard]] inline TraceScope trace_scope(std::string_view name, std::string_view category = "compute") {
+  return TraceScope(name, category);
+}
+
+// Records an instant (a marker at this moment) on the calling thread. No-op when tracing is off.
+CHORUS_API void trace_instant(std::string_view name, std::string_view category = "marker");
+
 // Writes the trace file now (it is rewritten with everything recorded so far). No-op when tracing is off.
 CHORUS_API void trace_flush();
 

@@ -361,6 +361,11 @@ TraceScope::~TraceScope() {
   }
 }
 
+void trace_instant(std::string_view name, std::string_view category) {
+  if (!core::trace::enabled()) return;
+  core::trace::record_instant(name, category);
+}
+
 void trace_flush() { core::trace::flush(); }
 
 }  // namespace chorus

@@ -206,7 +206,7 @@ struct Reducer::Impl {
       UnitState& u = units[k];
       u.launched = true;
       if (launches++ == 0) first_launch = Clock::now();
-      if (trace_enabled()) TraceScope marker(unit_name(k) + " launch", "reducer");
+      if (trace_enabled()) trace_instant(unit_name(k) + " launch", "reducer");
       if (u.count == 0) {
         u.observed = true;
         continue;
@@ -240,6 +240,7 @@ struct Reducer::Impl {
         }
         u.observed = true;
         last_done = Clock::now();
+        if (trace_enabled()) trace_instant(unit_name(next_observe) + " done", "reducer");
       }
       ++next_observe;
     }
@@ -482,12 +483,20 @@ void Reducer::mark_ready(size_t index) {
   bool first = m.marked_count++ == 0;
 
   if (!m.uses_scheduler()) {
-    for (size_t k : p.units) m.units[k].remaining.fetch_sub(1, std::memory_order_relaxed);
+    for (size_t k : p.units) {
+      if (m.units[k].remaining.fetch_sub(1, std::memory_order_relaxed) == 1 && trace_enabled()) {
+        trace_instant(m.unit_name(k) + " ready", "reducer");
+      }
+    }
     m.launch_in_order();
     m.observe_completions();
     return;
   }
-  for (size_t k : p.units) m.units[k].remaining.fetch_sub(1, std::memory_order_release);
+  for (size_t k : p.units) {
+    if (m.units[k].remaining.fetch_sub(1, std::memory_order_release) == 1 && trace_enabled()) {
+      trace_instant(m.unit_name(k) + " ready", "reducer");
+    }
+  }
   if (first) m.start_scheduler();
   {
     std::lock_guard lock(m.mu);
