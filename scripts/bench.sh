@@ -42,6 +42,16 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
   done
 } | tee "$OUT/rss.txt"
 
+# MPICH over UCX tcp prints its whole table, then hangs in MPI_Finalize (docs/performance.md): a watchdog ends
+# any mpi_coll_mpich that has run for 5 minutes, so the sweep goes on (its figures are already out).
+( while sleep 10; do
+    for pid in $(pgrep -f mpi_coll_mpich); do
+      [[ $(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ') -gt 300 ]] 2>/dev/null && kill "$pid" 2>/dev/null
+    done
+  done ) &
+WATCHDOG=$!
+trap 'kill $WATCHDOG 2>/dev/null' EXIT
+
 for t in $TRANSPORTS; do
   for n in $RANKS; do
     for c in $COLLS; do
