@@ -521,8 +521,9 @@ void TcpTransport::handle_hangup(int peer) {
     FrameHeader h;
     std::memcpy(&h, p.stash.data() + pos, sizeof(h));
     if (!header_intact(h)) {
-      p.error.emplace(ErrorCode::Internal,
-                      fmt::format("rank {} sent a corrupted frame before its connection closed", peer), peer);
+      // The peer is gone either way; what is left does not parse as frames (seen, rarely, when a process is
+      // killed in the middle of a write). Report the loss, and say the tail was unreadable.
+      p.error.emplace(peer_closed_error(rank_, peer, false, "its last bytes were not a complete frame"));
       return;
     }
     if (h.kind == static_cast<uint8_t>(FrameKind::Goodbye)) {
