@@ -14,14 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct TransportParam {
-  TransportKind transport;
-};
-
-std::string param_name(const ::testing::TestParamInfo<TransportParam>& info) {
-  return transport_label(info.param.transport);
-}
-
 class Async : public ::testing::TestWithParam<TransportParam> {
  protected:
   CommOptions options(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const {
@@ -31,18 +23,6 @@ class Async : public ::testing::TestWithParam<TransportParam> {
     return o;
   }
 };
-
-template <class F>
-std::string expect_error(ErrorCode code, F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected " << to_string(code);
-  return {};
-}
 
 // Rank r's value at element i, and the sum over ranks (exact in float for these magnitudes).
 float value(int rank, size_t i, int call) { return static_cast<float>((rank + 1) * 3 + static_cast<int>(i % 97) + call); }
@@ -383,7 +363,7 @@ TEST_P(Async, ARankThatGroupsDifferentlyGetsAMismatchNotWrongData) {
 INSTANTIATE_TEST_SUITE_P(Transports, Async,
                          ::testing::Values(TransportParam{TransportKind::InProc}, TransportParam{TransportKind::Tcp},
                                            TransportParam{TransportKind::Shm}),
-                         param_name);
+                         transport_name);
 
 }  // namespace
 }  // namespace chorus::testing

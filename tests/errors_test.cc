@@ -13,14 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct TransportParam {
-  TransportKind transport;
-};
-
-std::string transport_name(const ::testing::TestParamInfo<TransportParam>& info) {
-  return transport_label(info.param.transport);
-}
-
 class Errors : public ::testing::TestWithParam<TransportParam> {
  protected:
   CommOptions options(std::chrono::milliseconds timeout = std::chrono::seconds(30)) const {
@@ -30,19 +22,6 @@ class Errors : public ::testing::TestWithParam<TransportParam> {
     return o;
   }
 };
-
-// Runs `call` and expects Error with `code`; returns the error message.
-template <class F>
-std::string expect_error(ErrorCode code, F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected Error(" << to_string(code) << ")";
-  return {};
-}
 
 // After an invalid call the communicator must still work: a real all_reduce gives the right sum.
 void expect_usable(Communicator& comm) {

@@ -27,6 +27,27 @@ inline std::string transport_label(TransportKind t) {
   }
 }
 
+// A test parameter that is just a transport, named after it ("InProc", "Tcp", "Shm").
+struct TransportParam {
+  TransportKind transport;
+};
+inline std::string transport_name(const ::testing::TestParamInfo<TransportParam>& info) {
+  return transport_label(info.param.transport);
+}
+
+// Runs `call` and expects Error with `code`; returns the error's what().
+template <class F>
+std::string expect_error(ErrorCode code, F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected Error(" << to_string(code) << ")";
+  return {};
+}
+
 // Runs fn(comm) on `size` threads, one communicator each, sharing a MemoryStore. Exceptions escaping fn are
 // reported as test failures naming the rank.
 inline void run_world(int size, const CommOptions& options, const std::function<void(Communicator&)>& fn) {
