@@ -59,16 +59,15 @@ std::optional<Summary> parse_summary(const std::string& line) {
   return s;
 }
 
-// With real compute, compute_ms and step_ms come from different runs of CPU work that competes with the
-// other rank and with whatever else the machine runs, so a step may well be faster than the compute-only
-// median: only the upper bound is checked then.
-void expect_sane(const Summary& s, bool real_compute = false) {
+// Checks that the figures are positive and consistent with each other. How much is exposed is a timing and
+// belongs in the benchmark (docs/overlap.md), not here: under load a step can measure faster than the
+// compute-only median (modelled compute sleeps; real compute competes for the cores), so exposed_pct may be
+// a little negative.
+void expect_sane(const Summary& s) {
   EXPECT_GT(s.step_ms, 0);
   EXPECT_GT(s.compute_ms, 0);
   EXPECT_GT(s.comm_ms, 0);
-  if (!real_compute) {
-    EXPECT_GE(s.exposed_pct, -5);
-  }
+  EXPECT_NEAR(s.exposed_pct, 100.0 * (s.step_ms - s.compute_ms) / s.step_ms, 0.1);
   EXPECT_LE(s.exposed_pct, 100);
 }
 
@@ -98,7 +97,7 @@ TEST_P(ChorusOverlap, EndsWithASaneSummaryLine) {
   ASSERT_TRUE(s.has_value()) << "last line: " << lines.back() << "\n" << r.output;
   EXPECT_EQ(s->mode, c.mode);
   EXPECT_EQ(s->policy, c.policy);
-  expect_sane(*s, c.real_compute);
+  expect_sane(*s);
 }
 
 INSTANTIATE_TEST_SUITE_P(

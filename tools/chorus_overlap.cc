@@ -40,6 +40,8 @@
 #include <thread>
 #include <vector>
 
+#include "tool_util.h"
+
 namespace {
 
 using chorus::Communicator;
@@ -644,11 +646,7 @@ void print_row(const Config& c, const Figures& f) {
              fine ? fmt::format("{:.2f}", f.wait_ms) : "-", fine ? std::to_string(f.launches) : "-");
 }
 
-std::string rank_label(const Communicator* comm) {
-  if (comm != nullptr) return std::to_string(comm->rank());
-  const char* env = std::getenv("CHORUS_RANK");
-  return env != nullptr ? env : "?";
-}
+using chorus::tools::rank_label;
 
 }  // namespace
 

@@ -31,6 +31,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tool_util.h"
+
 namespace {
 
 using chorus::Communicator;
@@ -1291,11 +1293,7 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-std::string rank_label(const Communicator* comm) {
-  if (comm != nullptr) return std::to_string(comm->rank());
-  const char* env = std::getenv("CHORUS_RANK");
-  return env != nullptr ? env : "?";
-}
+using chorus::tools::rank_label;
 
 }  // namespace
 
