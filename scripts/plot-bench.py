@@ -81,9 +81,13 @@ def main():
             ax.set_title(f"{coll}, {n} ranks, {t}")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8)
-            md += [f"## {coll}, {n} ranks, {t}", "", "| size | chorus (us) | best peer (us) | best peer | ratio |",
-                   "|---|---|---|---|---|"]
-            md += [f"| {human(s)} | {c:g} | {b:g} | {p} | {r:.2f} |" for s, c, b, p, r in ratios]
+            peers = sorted(k for k in tables if not k.startswith("chorus"))
+            md += [f"## {coll}, {n} ranks, {t}", "",
+                   "| size | chorus (us) | " + " | ".join(f"{k} (us)" for k in peers) + " | best peer | ratio |",
+                   "|---|---|" + "---|" * len(peers) + "---|---|"]
+            for s, c, b, p, r in ratios:
+                cells = [f"{tables[k][s][0]:g}" if s in tables[k] else "-" for k in peers]
+                md.append(f"| {human(s)} | {c:g} | " + " | ".join(cells) + f" | {p} | {r:.2f} |")
             if ratios:
                 worst = max(ratios, key=lambda x: x[4])
                 md += ["", f"worst ratio {worst[4]:.2f} at {human(worst[0])}; "
