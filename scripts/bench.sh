@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the performance comparison of docs/performance.md in one command, and regenerates its tables and plots.
 #
-#   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--quick]
+#   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1] [--quick]
 #
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
@@ -9,16 +9,20 @@
 #   - peak resident memory of `chorus-perf allreduce -b 64M -e 64M`  -> docs/data/bench/rss.txt
 #   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
 #     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md
+# --rotate 0 (default): chorus-perf reuses one buffer slot for every iteration, as the peers' benchmark does, so
+# both sides are timed with the same cache state; --rotate 1 moves through the buffers as nccl-tests does
+# (sizes that fit in the caches are then timed cold for Chorus only), into compare-...-<t>-rotate1.txt.
 # --quick: all_reduce only, 2 ranks (a few minutes). The full run takes about 2 hours on the 2-core machine:
 # run it on a quiet machine, since every figure is a side-by-side ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp"
+COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
+    --rotate) ROTATE=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
   esac
 done
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
@@ -42,6 +46,13 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
   done
 } | tee "$OUT/rss.txt"
 
+# compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate.
+PERF_WRAPPER=$(mktemp /tmp/chorus-perf-wrapper.XXXXXX)
+printf '#!/bin/sh\nexec %q --rotate %s "$@"\n' "$PWD/build/bin/chorus-perf" "$ROTATE" >"$PERF_WRAPPER"
+chmod +x "$PERF_WRAPPER"
+export CHORUS_PERF=$PERF_WRAPPER
+SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
+
 # MPICH over UCX tcp prints its whole table, then hangs in MPI_Finalize (docs/performance.md): a watchdog ends
 # any mpi_coll_mpich that has run for 5 minutes, so the sweep goes on (its figures are already out).
 ( while sleep 10; do
@@ -50,14 +61,14 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
     done
   done ) &
 WATCHDOG=$!
-trap 'kill $WATCHDOG 2>/dev/null' EXIT
+trap 'kill $WATCHDOG 2>/dev/null; rm -f "$PERF_WRAPPER"' EXIT
 
 for t in $TRANSPORTS; do
   for n in $RANKS; do
     for c in $COLLS; do
-      f=$OUT/compare-$c-${n}ranks-$t.txt
+      f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
       echo "== $c, $n ranks, $t -> $f"
-      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
+      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
         echo "compare.sh failed: see $f"
       # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
       pkill -f mpi_coll_mpich 2>/dev/null || true

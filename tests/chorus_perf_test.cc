@@ -295,6 +295,20 @@ TEST(ChorusPerf, NoCheckPrintsNotApplicable) {
   EXPECT_EQ(rows[2][0], "192");
 }
 
+TEST(ChorusPerf, RotateZeroReusesOneSlotAndStillChecks) {
+  for (const char* rotate : {"0", "1"}) {
+    Result r = run_perf({"alltoall", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "--rotate", rotate});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    ASSERT_EQ(rows.size(), 3u) << r.out;
+    for (const auto& f : rows) {
+      EXPECT_EQ(f[8], "0") << r.out;   // #wrong, out of place
+      EXPECT_EQ(f[12], "0") << r.out;  // in place
+    }
+  }
+  EXPECT_EQ(run_perf({"allreduce", "--rotate", "2"}).exit_code, 2);
+}
+
 TEST(ChorusPerf, AggregatedIterationsAndTimeCombinations) {
   for (const char* average : {"0", "2", "3"}) {
     Result r = run_perf({"alltoall", "-b", "3K", "-e", "3K", "-n", "2", "-w", "0", "-m", "3", "-a", average}, 2);

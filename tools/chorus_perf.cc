@@ -137,6 +137,7 @@ struct Options {
   std::string algorithm;             // -a NAME / --algo: forced on every call; empty: the library's choice
   std::vector<std::string> compare;  // --algos: the algorithms to time side by side; empty: the nccl-tests table
   bool traffic = false;              // --traffic: bytes sent, measured against the algorithm's formula
+  int rotate = 1;  // 1: each iteration uses the next slot of the buffers, as nccl-tests; 0: always the same one
 };
 
 // nccl-tests' order for "-d all" and "-o all".
@@ -246,6 +247,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                      "Time these algorithms side by side, out of place, in one table with the automatic choice: "
                      "'all' or a comma-separated list (ring,tree)")
           ->type_name("all|LIST");
+  app.add_option("--rotate", o.rotate,
+                 "1: each iteration works on the next size-sized slot of the buffers allocated for the largest "
+                 "size, as nccl-tests does, so sizes that fit in the caches are not timed hot; 0: always the "
+                 "same slot, as MPI benchmarks (and compare.sh's peers) do")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_flag("--traffic", o.traffic,
                "Add bytes sent per rank, measured and as the algorithm's formula predicts (max over ranks), "
                "and whether they agree on every rank");
@@ -1002,7 +1009,7 @@ class Bench {
               std::string_view algorithm) {
     size_t total = l.bytes(ts);
     size_t steps = total ? buffer_bytes_ / total : 1;
-    size_t shift = steps ? total * (static_cast<size_t>(iter) % steps) : 0;
+    size_t shift = o_.rotate && steps ? total * (static_cast<size_t>(iter) % steps) : 0;
     std::byte* recv = recv_.get() + shift;
     std::byte* send = send_.get() + shift;
     if (in_place) {
