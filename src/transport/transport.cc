@@ -1,5 +1,8 @@
 #include "transport/transport.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <fmt/format.h>
 
 namespace chorus::transport {
@@ -52,6 +55,11 @@ Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& 
                            "was killed){}",
                            peer, detail.empty() ? "" : "; " + detail),
                peer);
+}
+
+bool more_ranks_than_cores(int ranks) noexcept {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return ranks > 0 && static_cast<unsigned>(ranks) > cores;
 }
 
 }  // namespace chorus::transport

@@ -47,6 +47,10 @@ struct Reduction {
   }
 };
 
+// True when `ranks` processes on this host outnumber its cores: then a waiting rank should yield its core
+// (most likely to the rank it waits for) rather than spin on it.
+bool more_ranks_than_cores(int ranks) noexcept;
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -65,8 +65,7 @@ void send_hello(int fd, const Hello& h, const base::Deadline& deadline, int peer
 
 TcpTransport::TcpTransport(int rank, int size, uint64_t comm_tag)
     : Transport(rank, size), comm_tag_(comm_tag), peers_(size), staging_(new char[kStagingBytes]) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  yield_ = static_cast<unsigned>(size) > cores;
+  yield_ = more_ranks_than_cores(size);
   spin_ = yield_ ? 8 : 64;
 }
 
