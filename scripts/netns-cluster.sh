@@ -61,6 +61,9 @@ for ((h = 0; h < K; h++)); do
   fi
 done
 
+# One secret for the whole job: every launcher of a multi-host job needs the same one (chorus-run generates one
+# only for a job whose store it hosts alone).
+export CHORUS_AUTH_TOKEN=${CHORUS_AUTH_TOKEN:-$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}
 pids=()
 for ((h = 0; h < K; h++)); do
   n=$(ns $h)

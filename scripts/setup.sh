@@ -2,7 +2,7 @@
 # Installs the Debian packages Chorus builds and tests with, if any are missing. Safe to run repeatedly.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev
-      libcli11-dev nlohmann-json3-dev python3-matplotlib)
+      libcli11-dev nlohmann-json3-dev libssl-dev python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -324,12 +324,15 @@ TEST(ChorusRun, ProgramThatCannotBeExecuted) {
 }
 
 TEST(ChorusRun, StoreIsLiveWhileRanksRun) {
-  Launcher launcher({"-n", "1", "--", "sh", "-c", "echo $CHORUS_STORE_ADDR; sleep 2"});
+  // The hosted store authenticates its clients with the token chorus-run generated for the job.
+  Launcher launcher({"-n", "1", "--", "sh", "-c", "echo $CHORUS_STORE_ADDR $CHORUS_AUTH_TOKEN; sleep 2"});
   std::string line = launcher.read_line();
   std::smatch m;
-  ASSERT_TRUE(std::regex_match(line, m, std::regex(R"(\[0\] (127\.0\.0\.1):([0-9]+))"))) << line;
+  ASSERT_TRUE(std::regex_match(line, m, std::regex(R"(\[0\] (127\.0\.0\.1):([0-9]+) ([0-9a-f]{64}))"))) << line;
   {
-    chorus::TcpStore store(m[1], static_cast<uint16_t>(std::stoi(m[2])));
+    chorus::TcpStoreOptions options;
+    options.auth_token = m[3];
+    chorus::TcpStore store(m[1], static_cast<uint16_t>(std::stoi(m[2])), options);
     store.set("chorus-run-test", "hello");
     EXPECT_EQ(store.get("chorus-run-test", milliseconds(5000)), "hello");
     EXPECT_EQ(store.add("counter", 2), 2);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@ inline std::string transport_label(TransportKind t) {
 struct TransportParam {
   TransportKind transport;
 };
+inline void PrintTo(const TransportParam& p, std::ostream* os) { *os << transport_label(p.transport); }
 inline std::string transport_name(const ::testing::TestParamInfo<TransportParam>& info) {
   return transport_label(info.param.transport);
 }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -198,7 +200,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.footer(
       "Each rank gets CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_WORLD_SIZE,\n"
-      "CHORUS_STORE_ADDR and CHORUS_STORE_HOSTED=1. If a rank fails, the others get SIGTERM, then SIGKILL\n"
+      "CHORUS_STORE_ADDR and CHORUS_STORE_HOSTED=1, and CHORUS_AUTH_TOKEN (a fresh random secret that\n"
+      "authenticates every connection) unless it is set already or other hosts join the job.\n"
+      "If a rank fails, the others get SIGTERM, then SIGKILL\n"
       "after --grace-ms, and chorus-run exits with the failed rank's status (128 + signal if it was killed).\n"
       "Exit codes of chorus-run itself: 2 bad usage, 124 --timeout, 127 program cannot be executed,\n"
       "128 + signal when stopped by SIGINT/SIGTERM/SIGHUP.");
@@ -683,6 +687,40 @@ class Job {
   std::optional<int> exit_code_;               // set by the first failure
 };
 
+// The job's authentication secret: CHORUS_AUTH_TOKEN from -x (the last one) or from the launcher's
+// environment; when neither sets it and this launcher hosts the store for the whole job, 32 fresh random bytes
+// as hex, added to every rank's environment (as -x would). Empty when the ranks of other hosts could not know it
+// (a larger world without a token): then connections are not authenticated. The token is never printed.
+std::string job_auth_token(Options& o) {
+  const std::string key = "CHORUS_AUTH_TOKEN=";
+  for (auto it = o.env.rbegin(); it != o.env.rend(); ++it) {
+    if (it->rfind(key, 0) == 0) return it->substr(key.size());
+  }
+  if (const char* v = std::getenv("CHORUS_AUTH_TOKEN"); v && *v) return v;
+  if (!o.store_addr.empty() || o.world_size > o.nranks) {
+    note(
+        "CHORUS_AUTH_TOKEN is not set: store and rank connections are not authenticated; set it to the same "
+        "secret for every launcher of the job");
+    return "";
+  }
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      note("cannot generate an authentication token (getrandom: {}); connections are not authenticated",
+           std::strerror(errno));
+      return "";
+    }
+    got += static_cast<size_t>(n);
+  }
+  std::string token;
+  for (unsigned char b : bytes) token += fmt::format("{:02x}", b);
+  o.env.push_back(key + token);
+  return token;
+}
+
 // Makes sure fds 0-2 are open, so that no pipe of ours ends up as the launcher's own stdout or stderr.
 void ensure_standard_fds() {
   for (int fd = 0; fd <= 2; ++fd) {
@@ -730,9 +768,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<chorus::TcpStoreServer> server;
   std::string store_addr = options.store_addr;
+  chorus::TcpStoreServerOptions server_options;
+  server_options.auth_token = job_auth_token(options);
   if (store_addr.empty()) {
     try {
-      server = std::make_unique<chorus::TcpStoreServer>(options.store_host, options.store_port);
+      server = std::make_unique<chorus::TcpStoreServer>(options.store_host, options.store_port, server_options);
     } catch (const std::exception& e) {
       note("cannot host the rendezvous store on {}: {}", format_address(options.store_host, options.store_port),
            e.what());

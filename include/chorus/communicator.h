@@ -62,6 +62,11 @@ struct CommOptions {
   size_t slice_bytes = 0;
   // A label for logs and error messages (default "world", or "<parent>.split").
   std::string name;
+  // Fault injection, to rehearse failures: "action:key=value,...;..." (e.g. "corrupt:rank=1,peer=0,frame=3",
+  // "kill:rank=2,frame=137"); see docs/reliability.md. Empty: CHORUS_FAULT; a value set here wins over it.
+  // A malformed spec makes create throw Error(InvalidArgument). Arms this communicator only: its children
+  // (split, shrink, replace_lost) are not armed again. "none" disarms. Never set it in production.
+  std::string fault;
 };
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
@@ -175,6 +180,42 @@ class CHORUS_API Communicator {
   // ranks with the same color form a new communicator, ordered by (key, rank in this communicator).
   // Returns nullptr for color kNoColor. The child inherits this communicator's options and store.
   std::unique_ptr<Communicator> split(int color, int key);
+
+  // ---- Failure and recovery (see docs/reliability.md)
+
+  // Aborts this communicator. Callable from any thread, also while another thread is inside a call on it:
+  // that call, every queued asynchronous operation and every later call throw Error(Aborted) naming
+  // `reason`, within a fraction of a second. Every peer that can still be reached is told (an Abort frame on
+  // tcp, the failed flag on shared memory) and throws Error(Aborted) naming this rank and `reason` from its
+  // current or next call. Idempotent; never throws. The communicator can then only be destroyed, or used
+  // to shrink() or replace_lost().
+  void abort(const std::string& reason = "aborted by the application") noexcept;
+
+  // Builds a new communicator of the ranks of this one that are still alive, in the spirit of MPI ULFM's
+  // MPI_Comm_shrink and ncclCommShrink. Collective over the survivors: every surviving rank calls it
+  // (typically after a call threw PeerLost or Aborted; it works on a failed communicator). The survivors
+  // agree through the store on who is alive: a rank is dead when a survivor saw it fail (its error named
+  // it), when a rank passed it in `exclude`, or when it has not called shrink within the grace period
+  // (CHORUS_SHRINK_GRACE_MS, default 10 s, at most the timeout). Every survivor gets the same membership;
+  // ranks keep their relative order (new rank = index among the survivors). The child inherits this
+  // communicator's options and store; its name is "<name>.shrink".
+  // The store must outlive the dead rank: when rank 0 hosts it (from_env without chorus-run) and rank 0
+  // dies, recovery is impossible and shrink throws Error(Timeout) or Error(PeerLost) naming the store.
+  // Throws Error(Aborted) on a rank the others excluded (it called too late). This communicator stays
+  // as it was (failed or not); destroy it when the child exists.
+  std::unique_ptr<Communicator> shrink(const std::vector<int>& exclude = {});
+
+  // Replaces the lost ranks with new processes and returns a communicator of this communicator's size, in
+  // which every survivor keeps its rank and each new process takes one of the lost ranks (lowest first).
+  // Survivors call this (it agrees on the lost ranks exactly as shrink() does); each replacement process
+  // calls join_replacement() with the same store. Returns when every lost rank has been taken, or throws
+  // Error(Timeout) after the timeout. With no rank lost it returns a fresh communicator of the same ranks.
+  std::unique_ptr<Communicator> replace_lost(const std::vector<int>& exclude = {});
+  // Called by a new process to take the place of a lost rank (see replace_lost()). Claims the next lost
+  // rank published on `store` by the survivors (waiting up to options.timeout for one), and returns the
+  // communicator it joined; rank() tells which rank it now is.
+  static std::unique_ptr<Communicator> join_replacement(std::shared_ptr<Store> store,
+                                                        const CommOptions& options = {});
 
   // The same collectives with per-call choices (see CallOptions).
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, const CallOptions& opts);

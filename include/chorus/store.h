@@ -92,13 +92,32 @@ class CHORUS_API FileStore : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+// The value of the CHORUS_AUTH_TOKEN environment variable, or empty when it is unset: the default secret of
+// TcpStoreServerOptions and TcpStoreOptions. Thread-safe as long as nobody changes the environment meanwhile.
+CHORUS_API std::string auth_token_from_environment();
+
+struct TcpStoreServerOptions {
+  // The job's secret. When not empty, every client must first prove that it knows it (a mutual HMAC-SHA256
+  // challenge-response, see docs/reliability.md) before any request of its is served; a client that fails is
+  // disconnected and logged (its address, never the token) and the server goes on serving the others. Empty:
+  // connections are not authenticated. Clients need the same token in TcpStoreOptions::auth_token.
+  std::string auth_token = auth_token_from_environment();
+};
+
 // The server side of TcpStore: a thread serving the store protocol on host:port. port 0 picks a free port
 // (see port()). Stops and closes every connection when destroyed.
+//
+// Limits, enforced per request and per connection: keys of at most 4 KiB, values of at most 64 MiB, at most
+// 1024 keys in one check or wait, at most 4096 clients at a time (more are refused with a message). A request
+// over a limit is answered with an error and its connection is closed.
 class CHORUS_API TcpStoreServer {
  public:
-  // host: a local address to bind ("0.0.0.0", "::", "127.0.0.1", or a host name). Throws
-  // Error(SystemError) if the address cannot be bound, e.g. because the port is in use.
+  // host: a local address to bind ("0.0.0.0", "::", "127.0.0.1", or a host name); the server listens on that
+  // address only. Authenticates clients when CHORUS_AUTH_TOKEN is set (TcpStoreServerOptions's default).
+  // Throws Error(SystemError) if the address cannot be bound, e.g. because the port is in use.
   explicit TcpStoreServer(const std::string& host = "0.0.0.0", uint16_t port = 0);
+  // The same, with options (the authentication token).
+  TcpStoreServer(const std::string& host, uint16_t port, const TcpStoreServerOptions& options);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -115,11 +134,20 @@ struct TcpStoreOptions {
   bool is_server = false;
   // How long to keep retrying the first connection while the server is not up yet.
   std::chrono::milliseconds connect_timeout{std::chrono::minutes(5)};
+  // The job's secret, proven to the server (and the server's knowledge of it checked) when connecting; it
+  // must equal the server's TcpStoreServerOptions::auth_token. Empty: no authentication, for a server without
+  // a token. With is_server, the hosted server uses it too.
+  std::string auth_token = auth_token_from_environment();
 };
 
 // A client of a TcpStoreServer, reached at host:port (IPv4, IPv6 or a host name).
 class CHORUS_API TcpStore : public Store {
  public:
+  // Connects (retrying until options.connect_timeout while the server is not up) and authenticates when
+  // options.auth_token is set. Throws Error(Timeout) if the server cannot be reached, and Error(Unavailable)
+  // when authentication fails (the server has another token, or none); the message says which and asks to
+  // check that CHORUS_AUTH_TOKEN is the same on every rank. A client without a token talking to a server with
+  // one fails the same way at its first request.
   TcpStore(const std::string& host, uint16_t port, const TcpStoreOptions& options = {});
   ~TcpStore() override;
   void set(const std::string& key, const std::string& value) override;

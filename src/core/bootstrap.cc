@@ -12,6 +12,7 @@
 #include "base/net.h"
 #include "core/communicator_impl.h"
 #include "core/trace.h"
+#include "transport/fault/fault_transport.h"
 #include "transport/hybrid_transport.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -93,6 +94,9 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   }
   auto impl = std::make_unique<Communicator::Impl>();
   impl->config = resolve_config(options);
+  // Checked before anything is published, so a bad spec fails every rank at once.
+  const std::vector<transport::FaultSpec> all_faults = transport::parse_fault_spec(impl->config.fault, size);
+  const std::vector<transport::FaultSpec> faults = transport::faults_for_rank(all_faults, rank);
   impl->options = options;
   impl->options.timeout = impl->config.timeout;
   impl->options.transport = impl->config.transport;
@@ -183,6 +187,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   transport::TcpOptions topts;
   topts.ifname = impl->config.socket_ifname;
   topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
+  topts.auth_token = impl->config.auth_token;
   if (kind == TransportKind::InProc) {
     impl->transport = transport::InProcTransport::connect(st, k + "inproc", rank, size, impl->comm_tag, deadline);
     // Rank 0 must not go away before every rank has attached to its fabric.
@@ -206,6 +211,22 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   }
   impl->local_ranks = local;
   impl->options.transport = kind;
+  for (const transport::FaultSpec& f : all_faults) {
+    if (kind == TransportKind::InProc && transport::fault_needs_stream(f.action)) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("fault spec (CHORUS_FAULT / CommOptions::fault): '{}' needs a byte stream to "
+                                    "spoil (tcp or shm); the in-process transport supports drop, delay and kill only",
+                                    f.text));
+    }
+  }
+  if (!faults.empty()) {
+    base::log_warn("fault injection armed: {}", transport::describe_faults(faults));
+    impl->transport =
+        std::make_unique<transport::FaultTransport>(std::move(impl->transport), faults, impl->comm_tag);
+  }
+  // Children (split, shrink, replace_lost) copy these options: they are not armed again, or a rank renumbered
+  // by a shrink would inherit a dead rank's fault.
+  impl->options.fault = "none";
   Communicator::Impl* raw = impl.get();
   impl->transport->set_stall_hook([raw] { raw->on_stall(); });
   // A hybrid's choices are governed by its slow links; the shared-memory figures describe the inside of a host.

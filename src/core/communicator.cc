@@ -56,17 +56,8 @@ class ApiScope {
   base::LogTag log_tag_;
 };
 
-// Records a failure as the communicator's and returns the error to throw.
 Error fail(Communicator::Impl& impl, const char* op, const Error& original) {
-  Error e = impl.explain(original);
-  impl.failure.emplace(e);
-  impl.failed.store(true, std::memory_order_release);
-  base::log_warn("{} failed: {} [{}]", op, e.message(), to_string(e.code()));
-  // The record goes to the store before the connections are torn down: a peer that sees them go looks it up
-  // (Impl::explain) and learns the real cause, even if our abort frames never reach it.
-  impl.record_failure(e);
-  impl.transport->fail(e);
-  return e;
+  return core::fail_communicator(impl, op, original);
 }
 
 // Runs the I/O of one operation; any failure inside becomes the communicator's failure.
@@ -232,21 +223,18 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
       algorithm.run(c, call.send, call.recv, call.count, call.root);
     }
   });
-  algo::Traffic predicted = algorithm.traffic(shape_of(impl, call));
-  OperationInfo& info = impl.last_op;
-  info.collective = algo::collective_name(call.coll);
-  info.algorithm = algorithm.name;
-  info.forced = call.forced;
-  info.count = call.count;
-  info.bytes_sent = c.bytes_sent;
-  info.bytes_received = c.bytes_received;
-  info.predicted_sent = predicted.sent;
-  info.predicted_received = predicted.received;
-  info.estimated_seconds = call.estimate;
+  Communicator::Impl::LastOp& last = impl.last_op;
+  last.algorithm = &algorithm;
+  last.shape = shape_of(impl, call);
+  last.forced = call.forced;
+  last.count = call.count;
+  last.sent = c.bytes_sent;
+  last.received = c.bytes_received;
+  last.estimate = call.estimate;
   ++impl.operations;
   if (trace_start) {
     core::trace::record_span(
-        info.collective, "collective", trace_start, core::trace::now_us(),
+        algo::collective_name(call.coll), "collective", trace_start, core::trace::now_us(),
         fmt::format(R"({{"seq":{},"algorithm":"{}","bytes":{},"count":{},"sent":{},"received":{},"comm":"{}"}})",
                     c.tag.seq, algorithm.name, call.local_bytes, call.count, c.bytes_sent, c.bytes_received,
                     impl.label));
@@ -288,13 +276,12 @@ void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
     (p.is_send ? impl.sent_to : impl.received_from)[p.peer] += p.bytes;
     (p.is_send ? sent : received) += p.bytes;
   }
-  OperationInfo& info = impl.last_op;
-  info = OperationInfo{};
-  info.collective = n == 1 ? name : "sendrecv";
-  info.algorithm = "direct";
-  info.count = n == 1 ? calls[0].count : 0;
-  info.bytes_sent = info.predicted_sent = sent;
-  info.bytes_received = info.predicted_received = received;
+  Communicator::Impl::LastOp& last = impl.last_op;
+  last = Communicator::Impl::LastOp{};
+  last.p2p_name = n == 1 ? name : "sendrecv";
+  last.count = n == 1 ? calls[0].count : 0;
+  last.sent = sent;
+  last.received = received;
   impl.operations += n;
   if (trace_start) {
     core::trace::record_span(name, "p2p", trace_start, core::trace::now_us(),
@@ -642,6 +629,43 @@ P2PCall prepare_p2p(const Communicator::Impl& impl, bool is_send, const void* se
 
 // ---------------------------------------------------------------- failure records
 
+namespace core {
+Error fail_communicator(Communicator::Impl& impl, const char* op, const Error& original) {
+  Error e = impl.explain(original);
+  impl.failure.emplace(e);
+  impl.failed.store(true, std::memory_order_release);
+  base::log_warn("{} failed: {} [{}]", op, e.message(), to_string(e.code()));
+  // The record goes to the store before the connections are torn down: a peer that sees them go looks it up
+  // (Impl::explain) and learns the real cause, even if our abort frames never reach it.
+  impl.record_failure(e);
+  impl.transport->fail(e);
+  return e;
+}
+}  // namespace core
+
+void Communicator::abort(const std::string& reason) noexcept {
+  Impl& impl = *impl_;
+  if (impl.abort_called.exchange(true)) return;
+  try {
+    std::string message = fmt::format("{} (Communicator::abort on rank {})", reason, impl.rank);
+    base::LogTag log_tag(&impl.label);
+    // Wakes the thread that is executing an operation, if any: its wait throws Aborted, and its failure path
+    // tells the peers. Otherwise (or if it does not let go in time) the failure path runs here.
+    impl.transport->abort(message);
+    std::unique_lock<std::mutex> lock(impl.exec_mu, std::defer_lock);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!lock.try_lock()) {
+      if (impl.failed.load(std::memory_order_acquire) || std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (!impl.failed.load(std::memory_order_acquire)) {
+      core::fail_communicator(impl, "abort", Error(ErrorCode::Aborted, message, impl.rank));
+    }
+  } catch (const std::exception& e) {
+    base::log_warn("abort: {}", e.what());
+  }
+}
+
 void Communicator::Impl::record_failure(const Error& e) noexcept {
   try {
     store->set(fmt::format("{}failed/{}", key_prefix, rank),
@@ -653,11 +677,13 @@ void Communicator::Impl::record_failure(const Error& e) noexcept {
 
 Error Communicator::Impl::explain(const Error& e) noexcept {
   // A lost peer may not be the culprit: it may have failed first, for its own reason, and left. Its record
-  // (written before it dropped its connections) says why; give it a moment to land.
+  // says why. A failing rank writes it (and waits for the store's answer) before it drops its connections,
+  // so by the time we see them drop it is there; the short grace covers a store slower than the sockets. A
+  // killed process writes none, and this wait is part of how long its death takes to report.
   if (e.code() != ErrorCode::PeerLost || e.peer() < 0 || e.peer() >= size || e.peer() == rank) return e;
   try {
     std::string key = fmt::format("{}failed/{}", key_prefix, e.peer());
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
     while (!store->check({key})) {
       if (std::chrono::steady_clock::now() >= until) return e;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -957,7 +983,26 @@ TrafficCounters Communicator::traffic() const {
 OperationInfo Communicator::last_operation() const {
   quiesce(*impl_);
   std::lock_guard<std::mutex> lock(impl_->exec_mu);
-  return impl_->last_op;
+  const Impl::LastOp& last = impl_->last_op;
+  OperationInfo info;
+  info.forced = last.forced;
+  info.count = last.count;
+  info.bytes_sent = last.sent;
+  info.bytes_received = last.received;
+  info.estimated_seconds = last.estimate;
+  if (last.algorithm) {
+    algo::Traffic predicted = last.algorithm->traffic(last.shape);
+    info.collective = algo::collective_name(last.shape.coll);
+    info.algorithm = last.algorithm->name;
+    info.predicted_sent = predicted.sent;
+    info.predicted_received = predicted.received;
+  } else if (*last.p2p_name) {
+    info.collective = last.p2p_name;
+    info.algorithm = "direct";
+    info.predicted_sent = last.sent;
+    info.predicted_received = last.received;
+  }
+  return info;
 }
 
 // ---------------------------------------------------------------- point to point

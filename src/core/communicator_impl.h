@@ -62,9 +62,21 @@ struct Communicator::Impl {
   std::atomic<bool> failed{false};
   algo::Scratch scratch;
   uint64_t splits = 0;
+  uint64_t shrinks = 0;  // shrink() / replace_lost() calls so far: the epoch of the next one's store keys
+  std::atomic<bool> abort_called{false};  // abort() has run (it is idempotent)
   std::vector<uint64_t> sent_to, received_from;
   uint64_t operations = 0;
-  OperationInfo last_op;
+  // What the last operation did, recorded cheaply on the small-message path (no strings, no traffic formula);
+  // last_operation() builds the OperationInfo from it.
+  struct LastOp {
+    const algo::Algorithm* algorithm = nullptr;  // null: point-to-point, or nothing has run yet
+    algo::CallShape shape;
+    const char* p2p_name = "";  // "send", "recv" or "sendrecv"
+    bool forced = false;
+    size_t count = 0;
+    uint64_t sent = 0, received = 0;
+    double estimate = 0;
+  } last_op;
   std::set<std::pair<int, size_t>> logged_choices;  // (collective, bytes) whose choice was logged
   // Choices already made, so the small-message path does not evaluate every formula on every call: key
   // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).
@@ -90,6 +102,11 @@ struct Communicator::Impl {
 };
 
 namespace core {
+// Makes `e` the communicator's failure: records it in the store for the peers and tells every reachable
+// peer through the transport. The caller holds exec_mu. Returns the error to throw (explained: a lost peer
+// that failed first is named with its own cause).
+Error fail_communicator(Communicator::Impl& impl, const char* op, const Error& e);
+
 // Rendezvous through the store and connect the transport (Communicator::create).
 std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int rank, int size,
                                               const CommOptions& options);

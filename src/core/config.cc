@@ -186,7 +186,13 @@ Config resolve_config(const CommOptions& o) {
     if (*ms < 0) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_MISMATCH_CHECK_MS must be >= 0");
     c.mismatch_check = std::chrono::milliseconds(*ms);
   }
+  if (auto ms = env_int("CHORUS_SHRINK_GRACE_MS")) {
+    if (*ms < 0) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_SHRINK_GRACE_MS must be >= 0");
+    c.shrink_grace = std::chrono::milliseconds(*ms);
+  }
+  c.fault = o.fault.empty() ? env_string("CHORUS_FAULT").value_or("") : o.fault;
   if (auto spec = env_string("CHORUS_ALGO")) c.forced_algorithm = parse_algorithm_spec(*spec);
+  c.auth_token = env_string("CHORUS_AUTH_TOKEN").value_or("");
   if (auto path = env_string("CHORUS_TUNING_FILE")) {
     c.tuning = std::make_shared<const tune::Tuning>(tune::load_tuning_file(*path));
   }

@@ -30,8 +30,16 @@ struct Config {
   // CHORUS_MISMATCH_CHECK_MS: how long a collective waits before the ranks compare what they are doing
   // (0 disables the check).
   std::chrono::milliseconds mismatch_check{1000};
+  // CHORUS_SHRINK_GRACE_MS: how long shrink() and replace_lost() wait for a rank that neither called them nor
+  // is known dead before presuming it dead (capped at the timeout).
+  std::chrono::milliseconds shrink_grace{10000};
+  // CHORUS_FAULT (or CommOptions::fault): the fault injection spec, unparsed (bootstrap parses it; empty: none).
+  std::string fault;
   // CHORUS_ALGO: the algorithm forced for each collective (empty: the cost model chooses).
   std::array<std::string, algo::kNumCollectives> forced_algorithm;
+  // CHORUS_AUTH_TOKEN: the job's secret that authenticates every TCP connection between ranks (empty: none).
+  // Never log it or put it in an error message; anything that prints a Config must leave it out.
+  std::string auth_token;
   // CHORUS_TUNING_FILE, loaded; null when unset.
   std::shared_ptr<const tune::Tuning> tuning;
 };

@@ -107,9 +107,12 @@ std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options)
     base::HostPort hp = base::parse_host_port(*info.store_addr, info.store_source);
     TcpStoreOptions sopts;
     sopts.connect_timeout = config.timeout;
+    sopts.auth_token = config.auth_token;
     if (info.rank == 0 && !info.store_hosted) {
       // Rank 0 hosts the store for the job; it lives as long as the communicators that use it.
-      auto server = std::make_shared<TcpStoreServer>(hp.host, hp.port);
+      TcpStoreServerOptions server_options;
+      server_options.auth_token = config.auth_token;
+      auto server = std::make_shared<TcpStoreServer>(hp.host, hp.port, server_options);
       keepalive = server;
       base::log_info("rank 0 hosts the store on {}", base::format_host_port(hp.host, server->port()));
     }

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "base/auth.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/net.h"
@@ -86,6 +87,9 @@ constexpr size_t kKeepBufferBytes = 1 << 20;  // larger buffers are released onc
 constexpr auto kMaxServerWait = std::chrono::hours(24 * 365);
 // How much longer than the server-side timeout a client waits before it gives the connection up.
 constexpr auto kClientSafetyMargin = std::chrono::seconds(2);
+// How long a new connection has to authenticate (both sides' limit), so that idle unauthenticated sockets
+// cannot hold on to connection slots.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
 void append_response(std::string& out, Status status, std::string_view payload) {
   store::wire::put_u8(out, static_cast<uint8_t>(status));
@@ -101,6 +105,9 @@ struct Conn {
   std::string out;  // response bytes not yet sent, from out_sent on
   size_t out_sent = 0;
   uint32_t events = 0;   // the current epoll interest
+  // Set while the client has not authenticated yet (the server has a token): no request is served before.
+  // Its deadline is `deadline` below, registered in the server's deadline set.
+  std::optional<base::auth::AcceptHandshake> auth;
   bool closing = false;  // close once `out` is sent (after a BadRequest)
   bool failed = false;   // a send failed; close at the next opportunity
   // A parked Get or Wait: registered in the server's waiter list of keys[next_missing].
@@ -123,6 +130,7 @@ struct TcpStoreServer::Impl {
   base::Fd wake_fd;
   uint16_t port = 0;
   std::string address;
+  std::string auth_token;  // empty: clients are not authenticated
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -144,6 +152,7 @@ struct TcpStoreServer::Impl {
   bool read_some(Conn& c);
   bool flush(Conn& c);
   void process_input(Conn& c);
+  bool authenticate(Conn& c);
   void handle(Conn& c, const store::wire::Request& req);
   void reply(Conn& c, Status status, std::string_view payload);
   void bad_request(Conn& c, const std::string& why);
@@ -159,7 +168,14 @@ struct TcpStoreServer::Impl {
   }
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port) : impl_(std::make_unique<Impl>()) {
+std::string auth_token_from_environment() { return base::auth::token_from_environment(); }
+
+TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port)
+    : TcpStoreServer(host, port, TcpStoreServerOptions{}) {}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, const TcpStoreServerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->auth_token = options.auth_token;
   // Bind the first address of host that works; if none does, report the first failure (e.g. port in use).
   std::exception_ptr first_error;
   for (const base::SockAddr& addr : base::resolve(host, port)) {
@@ -195,7 +211,9 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port) : impl_(s
     base::throw_errno("TcpStoreServer: epoll_ctl", errno);
   }
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
-  base::log_debug("TcpStoreServer listening on {}", impl_->address);
+  base::log_debug("TcpStoreServer listening on {}{}", impl_->address,
+                  impl_->auth_token.empty() ? "" : "; clients must authenticate");
+  if (impl_->auth_token.empty()) base::auth::note_unauthenticated();
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -292,6 +310,11 @@ void TcpStoreServer::Impl::accept_all() {
       base::log_warn("TcpStoreServer {}: epoll_ctl for {}: {}", address, conn->peer, std::strerror(errno));
       continue;
     }
+    if (!auth_token.empty()) {
+      conn->auth.emplace(auth_token, base::auth::Channel::Store);
+      conn->deadline = Clock::now() + kHandshakeTimeout;
+      deadlines.emplace(conn->deadline, conn->id);
+    }
     conns.emplace(conn->id, std::move(conn));
   }
 }
@@ -359,6 +382,7 @@ bool TcpStoreServer::Impl::flush(Conn& c) {
 }
 
 void TcpStoreServer::Impl::process_input(Conn& c) {
+  if (c.auth && !authenticate(c)) return;
   while (c.idle() && !c.in.empty()) {
     store::wire::Request req;
     size_t consumed = 0;
@@ -370,6 +394,42 @@ void TcpStoreServer::Impl::process_input(Conn& c) {
     c.in.erase(0, consumed);
   }
   if (c.in.empty() && c.in.capacity() > kKeepBufferBytes) std::string().swap(c.in);
+}
+
+// Advances the handshake of a connection that has not authenticated yet; true once it has, and then c.in holds
+// its first requests. A client that fails is closed (at once, or after a reply saying why) and logged by
+// address; nothing about the token is.
+bool TcpStoreServer::Impl::authenticate(Conn& c) {
+  if (c.closing || c.failed) return false;
+  auto state = c.auth->advance(c.in, c.out);
+  if (c.has_output() && !flush(c)) c.failed = true;
+  switch (state) {
+    case base::auth::AcceptHandshake::State::NeedMore:
+      return false;
+    case base::auth::AcceptHandshake::State::Done:
+      c.auth.reset();
+      deadlines.erase({c.deadline, c.id});
+      base::log_debug("TcpStoreServer {}: client {} authenticated", address, c.peer);
+      return !c.failed;
+    case base::auth::AcceptHandshake::State::NotAuthenticating:
+      base::log_warn(
+          "TcpStoreServer {}: client {} sent a request without authenticating (no CHORUS_AUTH_TOKEN?); "
+          "closing the connection",
+          address, c.peer);
+      append_response(c.out, Status::Unauthenticated,
+                      "this store requires authentication: set CHORUS_AUTH_TOKEN to the job's token");
+      if (!flush(c)) c.failed = true;
+      c.closing = true;
+      c.in.clear();
+      return false;
+    case base::auth::AcceptHandshake::State::Failed:
+      base::log_warn("TcpStoreServer {}: client {} failed authentication: {}; closing the connection", address, c.peer,
+                     c.auth->failure());
+      c.failed = true;
+      c.in.clear();
+      return false;
+  }
+  return false;
 }
 
 void TcpStoreServer::Impl::handle(Conn& c, const store::wire::Request& req) {
@@ -490,6 +550,12 @@ void TcpStoreServer::Impl::expire_deadlines() {
     uint64_t id = deadlines.begin()->second;
     deadlines.erase(deadlines.begin());
     Conn* c = find(id);
+    if (c && c->auth) {
+      base::log_warn("TcpStoreServer {}: client {} did not authenticate within {} s; closing the connection", address,
+                     c->peer, std::chrono::duration_cast<std::chrono::seconds>(kHandshakeTimeout).count());
+      close_conn(id);
+      continue;
+    }
     if (!c || !c->parked) continue;
     std::string payload;
     for (size_t i = 0; c->parked_command == Command::Wait && i < c->keys.size(); ++i) {
@@ -524,6 +590,7 @@ void TcpStoreServer::Impl::close_conn(uint64_t id) {
   Conn* c = find(id);
   if (!c) return;
   if (c->parked) unpark(*c);
+  if (c->auth) deadlines.erase({c->deadline, id});
   ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
   conns.erase(id);
   if (accept_paused) set_listen_interest(true);  // a descriptor was freed
@@ -584,7 +651,7 @@ TcpStore::Impl::Response TcpStore::Impl::call(const char* op, const std::string&
     Response response;
     response.status = static_cast<Status>(r.u8());
     uint32_t length = r.u32();
-    if (length > store::wire::kMaxPayloadBytes || response.status > Status::Unavailable) {
+    if (length > store::wire::kMaxPayloadBytes || response.status > Status::Unauthenticated) {
       fail(ErrorCode::Unavailable,
            fmt::format("malformed response from {} (status {}, length {}); is it a Chorus store?", address,
                        static_cast<int>(response.status), length));
@@ -617,6 +684,15 @@ void TcpStore::Impl::check_status(const char* op, const Response& r) {
       base::throw_error(r.status == Status::BadRequest ? ErrorCode::InvalidArgument : ErrorCode::Unavailable,
                         fmt::format("{}: {}", name(op), broken));
     }
+    case Status::Unauthenticated: {
+      std::lock_guard<std::mutex> lock(mu);
+      broken = fmt::format(
+          "authentication failed: the store at {} requires authentication and this process has no "
+          "CHORUS_AUTH_TOKEN (the store says: {}); check that CHORUS_AUTH_TOKEN is the same on every rank",
+          address, r.payload);
+      fd.reset();
+      base::throw_error(ErrorCode::Unavailable, fmt::format("{}: {}", name(op), broken));
+    }
   }
 }
 
@@ -642,12 +718,21 @@ std::chrono::milliseconds safety_net(std::chrono::milliseconds timeout) {
 TcpStore::TcpStore(const std::string& host, uint16_t port, const TcpStoreOptions& options)
     : impl_(std::make_unique<Impl>()) {
   if (options.is_server) {
-    impl_->server = std::make_unique<TcpStoreServer>(host, port);
+    TcpStoreServerOptions server_options;
+    server_options.auth_token = options.auth_token;
+    impl_->server = std::make_unique<TcpStoreServer>(host, port, server_options);
     port = impl_->server->port();
   }
   impl_->address = base::format_host_port(host, port);
   impl_->fd = base::connect_tcp(base::resolve(host, port), base::Deadline::after(options.connect_timeout),
                                 "the TcpStore server");
+  if (options.auth_token.empty()) {
+    base::auth::note_unauthenticated();
+  } else {
+    base::auth::connect_handshake(impl_->fd.get(), options.auth_token, base::auth::Channel::Store,
+                                  base::Deadline::after(kHandshakeTimeout), ErrorCode::Unavailable,
+                                  fmt::format("the store at {}", impl_->address));
+  }
 }
 
 TcpStore::~TcpStore() = default;

@@ -15,6 +15,12 @@
 //     BadRequest       a message; the request was malformed or over a limit and the server closes the
 //                      connection after sending it
 //     Unavailable      a message; the server refused the connection (too many clients) and closes it
+//     Unauthenticated  a message; the server requires authentication and the client started without it;
+//                      the server closes the connection
+//
+// Authentication (when the server has a token): before its first request the client runs the handshake of
+// src/base/auth.h, whose first byte (0) is no command. A server without a token answers it as an unknown
+// command; a server with one answers a request sent without it with Unauthenticated.
 //
 // One request at a time per connection: the client sends a request and reads its response. Get and Wait
 // on missing keys are parked by the server until the keys are set or timeout_ms passes.
@@ -28,7 +34,14 @@
 namespace chorus::store::wire {
 
 enum class Command : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4, Wait = 5, Erase = 6 };
-enum class Status : uint8_t { Ok = 0, Timeout = 1, InvalidArgument = 2, BadRequest = 3, Unavailable = 4 };
+enum class Status : uint8_t {
+  Ok = 0,
+  Timeout = 1,
+  InvalidArgument = 2,
+  BadRequest = 3,
+  Unavailable = 4,
+  Unauthenticated = 5,
+};
 
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxValueBytes = 64u << 20;

@@ -32,6 +32,11 @@ void HybridTransport::abort(const std::string& reason) noexcept {
   tcp_->abort(reason);
 }
 
+void HybridTransport::set_stall_hook(std::function<void()> hook) {
+  shm_->set_stall_hook(hook);
+  tcp_->set_stall_hook(std::move(hook));
+}
+
 void HybridTransport::close() noexcept {
   shm_->close();
   tcp_->close();

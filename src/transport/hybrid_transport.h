@@ -37,6 +37,12 @@ class HybridTransport final : public Transport {
   void fail(const Error& error) noexcept override;
   void abort(const std::string& reason) noexcept override;
   void close() noexcept override;
+  // Both halves wait, so both call the stall hook.
+  void set_stall_hook(std::function<void()> hook) override;
+  void send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) override {
+    at(peer).send_raw(peer, bytes, deadline);
+  }
+  void sever(int peer) override { at(peer).sever(peer); }
 
  private:
   Transport& at(int peer) { return local_[peer] ? static_cast<Transport&>(*shm_) : *tcp_; }

@@ -57,6 +57,20 @@ Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& 
                peer);
 }
 
+void Transport::send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) {
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("raw sends (fault injection: corrupt, foreign, truncate, oversize) are not supported by "
+                          "the {} transport",
+                          name()));
+}
+
+void Transport::sever(int peer) {
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("severing a connection (fault injection: reset, truncate) is not supported by the {} "
+                          "transport",
+                          name()));
+}
+
 bool more_ranks_than_cores(int ranks) noexcept {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return ranks > 0 && static_cast<unsigned>(ranks) > cores;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -89,8 +90,19 @@ class Transport {
   virtual void close() noexcept = 0;
 
   // Called from waits that have seen nothing arrive for a while (every few hundred milliseconds at most); it
-  // may throw to end the wait. Core uses it to find ranks stuck in different operations.
-  void set_stall_hook(std::function<void()> hook) { stall_hook_ = std::move(hook); }
+  // may throw to end the wait. Core uses it to find ranks stuck in different operations. Virtual so that a
+  // transport made of others (hybrid, fault wrapper) hands the hook to the ones that wait.
+  virtual void set_stall_hook(std::function<void()> hook) { stall_hook_ = std::move(hook); }
+
+  // Seams for fault injection (transport/fault/); the defaults throw Error(InvalidArgument, "... not
+  // supported by <name> transport").
+  // send_raw: puts `bytes` on the stream to `peer` as if they were frame bytes, after every send queued to
+  // that peer so far. Blocks until they are handed to the connection (socket or ring), bounded by deadline.
+  virtual void send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline);
+  // sever: tears the connection to `peer` down abruptly, without a goodbye or an abort record, as a network
+  // failure would; the peer sees the connection lost, and later calls of this rank involving `peer` throw
+  // PeerLost.
+  virtual void sever(int peer);
 
  protected:
   Transport(int rank, int size) : rank_(rank), size_(size) {}

@@ -40,6 +40,7 @@ struct alignas(64) Ring {
   alignas(64) std::atomic<uint64_t> head;      // bytes the producer has published
   alignas(64) std::atomic<uint64_t> tail;      // bytes the consumer has released
   alignas(64) std::atomic<uint64_t> consumed;  // frames the consumer has finished
+  alignas(64) std::atomic<uint32_t> severed;   // fault injection: either side tore the channel down
 };
 
 struct Descriptor {
@@ -278,7 +279,13 @@ void ShmTransport::check_usable() {
 
 bool ShmTransport::peer_failed(int peer) const {
   const Peer& p = peers_[peer];
-  return p.dead || p.segment->control.failed.load(std::memory_order_acquire) != 0;
+  return p.dead || p.segment->control.failed.load(std::memory_order_acquire) != 0 || channel_severed(peer);
+}
+
+bool ShmTransport::channel_severed(int peer) const {
+  const Peer& p = peers_[peer];
+  return p.severed || self_->ring(p.local).severed.load(std::memory_order_acquire) != 0 ||
+         p.segment->ring(peers_[rank_].local).severed.load(std::memory_order_acquire) != 0;
 }
 
 void ShmTransport::throw_peer_failure(int peer) {
@@ -288,6 +295,21 @@ void ShmTransport::throw_peer_failure(int peer) {
     std::string message(c.fail_message, strnlen(c.fail_message, sizeof(c.fail_message)));
     throw Error(static_cast<ErrorCode>(c.fail_code), fmt::format("rank {} aborted the communicator: {}", peer, message),
                 c.fail_culprit >= 0 ? c.fail_culprit : peer);
+  }
+  if (p.severed) {
+    throw Error(ErrorCode::PeerLost,
+                fmt::format("rank {} reset its connection to rank {} (fault injection)", rank_, peer), rank_);
+  }
+  if (channel_severed(peer)) {
+    // Bytes short of a frame header in our inbound ring are the remains of a frame cut off by the reset.
+    const Ring& in = self_->ring(p.local);
+    uint64_t left = in.head.load(std::memory_order_acquire) - in.tail.load(std::memory_order_relaxed);
+    throw peer_closed_error(rank_, peer, false,
+                            left > 0 && left < sizeof(FrameHeader)
+                                ? fmt::format("its last bytes were not a complete frame ({} of the {} header "
+                                              "bytes); connection reset",
+                                              left, sizeof(FrameHeader))
+                                : std::string("connection reset"));
   }
   if (p.dead) throw peer_closed_error(rank_, peer, false, "detected by a liveness check");
   throw peer_closed_error(rank_, peer, true, "");
@@ -486,6 +508,7 @@ template <class OnBytes, class OnRemote>
 void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline,
                            OnBytes&& on_bytes, OnRemote&& on_remote) {
   check_usable();
+  if (peers_[peer].severed) throw_peer_failure(peer);
   const int from = peers_[peer].local;
   Ring& ring = self_->ring(from);
   char* data = self_->data(from);
@@ -575,8 +598,50 @@ void ShmTransport::check_peers() {
   check_usable();
   for (int q : local_) {
     if (q == rank_) continue;
-    if (peers_[q].segment->control.failed.load(std::memory_order_acquire)) throw_peer_failure(q);
+    if (peers_[q].segment->control.failed.load(std::memory_order_acquire) || channel_severed(q)) {
+      throw_peer_failure(q);
+    }
   }
+}
+
+void ShmTransport::send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) {
+  check_usable();
+  Peer& p = peers_[peer];
+  if (peer_failed(peer) || p.segment->control.closed.load(std::memory_order_acquire)) throw_peer_failure(peer);
+  // In stream order: the frames queued before go into the ring first.
+  wait_until([&] { return p.queue.empty(); }, deadline, peer, "to take our data", nullptr);
+  const int me = peers_[rank_].local;
+  Ring& ring = p.segment->ring(me);
+  char* data = p.segment->data(me);
+  const size_t size = options_.ring_bytes;
+  size_t off = 0;
+  while (off < bytes.size()) {
+    const uint64_t head = ring.head.load(std::memory_order_relaxed);
+    const uint64_t space = size - (head - ring.tail.load(std::memory_order_acquire));
+    if (space == 0) {
+      auto has_room = [&] {
+        return ring.head.load(std::memory_order_relaxed) - ring.tail.load(std::memory_order_acquire) < size;
+      };
+      wait_until(has_room, deadline, peer, "to take our data", nullptr);
+      continue;
+    }
+    const size_t n = std::min<uint64_t>(space, bytes.size() - off);
+    const char* src = reinterpret_cast<const char*>(bytes.data()) + off;
+    for_ring_bytes(data, size, head, n, [&](char* dst, size_t len, size_t o) { std::memcpy(dst, src + o, len); });
+    ring.head.store(head + n, std::memory_order_release);
+    ring_doorbell(peer);
+    off += n;
+  }
+}
+
+void ShmTransport::sever(int peer) {
+  Peer& p = peers_[peer];
+  if (p.severed) return;
+  p.severed = true;
+  p.queue.clear();  // never written: lost with the connection
+  self_->ring(p.local).severed.store(1, std::memory_order_release);
+  p.segment->ring(peers_[rank_].local).severed.store(1, std::memory_order_release);
+  ring_doorbell(peer);
 }
 
 void ShmTransport::fail(const Error& error) noexcept {

@@ -50,6 +50,11 @@ class ShmTransport final : public Transport {
   void fail(const Error& error) noexcept override;
   void abort(const std::string& reason) noexcept override;
   void close() noexcept override;
+  // Fault injection. send_raw writes the bytes into the peer's ring after the queued frames, as if they were
+  // frame bytes (blocking until they fit). sever marks both rings between this rank and `peer` severed,
+  // without a failure record: the peer sees the connection lost (PeerLost), as after a crash.
+  void send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) override;
+  void sever(int peer) override;
 
   // Whether large payloads go by cross-memory attach (else they stream through the rings).
   bool single_copy() const { return cma_; }
@@ -80,6 +85,7 @@ class ShmTransport final : public Transport {
     uint64_t written = 0;    // frames completely written into the ring
     uint64_t last_remote = 0;  // index + 1 of the last single-copy frame posted
     bool dead = false;
+    bool severed = false;  // this rank severed the channel (sever)
   };
 
   ShmTransport(int rank, int size, uint64_t comm_tag, const ShmOptions& options);
@@ -94,6 +100,7 @@ class ShmTransport final : public Transport {
   [[noreturn]] void remote_read_failed(int peer);
   [[noreturn]] void throw_peer_failure(int peer);
   bool peer_failed(int peer) const;
+  bool channel_severed(int peer) const;  // either side severed the rings between us
   void check_usable();
 
   uint64_t comm_tag_;

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "base/auth.h"
 #include "base/error.h"
 #include "base/logging.h"
 
@@ -22,6 +23,9 @@ namespace chorus::transport {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x31484843;  // "CHH1"
+// The hello a rank with an auth token answers to a hello sent without the handshake: the connecting rank (with
+// no token) recognises it and says so, instead of a vague failure.
+constexpr uint32_t kAuthRequiredMagic = 0x52484843;  // "CHHR"
 constexpr uint32_t kWakeId = 0xffffffffu;
 constexpr int kMaxIov = 64;
 
@@ -81,6 +85,8 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
   t->listen_address_ = bound.to_string();
   store.set(key_prefix + "addr/" + std::to_string(rank), t->listen_address_);
   base::log_debug("tcp transport listening on {}", t->listen_address_);
+  const std::string& token = options.auth_token;
+  if (token.empty()) base::auth::note_unauthenticated();
 
   // Higher ranks connect to us; an acceptor thread takes them while this thread connects to lower ranks.
   std::exception_ptr accept_error;
@@ -106,9 +112,38 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
         Hello h{};
         auto hello_deadline = base::Deadline::after(std::min<std::chrono::milliseconds>(
             deadline.remaining(), std::chrono::milliseconds(10000)));
+        if (!token.empty()) {
+          auto auth = base::auth::accept_handshake(c.get(), token, base::auth::Channel::Rank, hello_deadline);
+          if (auth.state == base::auth::AcceptHandshake::State::NotAuthenticating) {
+            // Most likely a rank without the token: read the rest of its hello and answer one that tells it so.
+            std::string peer = base::peer_address(c.get()).to_string();
+            base::log_warn("rank {}: dropped a connection from {} that did not authenticate (a rank without "
+                           "CHORUS_AUTH_TOKEN?)",
+                           rank, peer);
+            std::memcpy(&h, auth.unread.data(), std::min(auth.unread.size(), sizeof(h)));
+            if (auth.unread.size() < sizeof(h) &&
+                base::read_full(c.get(), reinterpret_cast<char*>(&h) + auth.unread.size(),
+                                sizeof(h) - auth.unread.size(),
+                                base::Deadline::after(std::chrono::milliseconds(1000))) == base::IoStatus::Ok &&
+                h.magic == kHelloMagic) {
+              Hello refusal = make_hello(comm_tag, rank, size);
+              refusal.magic = kAuthRequiredMagic;
+              base::write_full(c.get(), &refusal, sizeof(refusal),
+                               base::Deadline::after(std::chrono::milliseconds(1000)));
+            }
+            continue;
+          }
+          if (auth.state != base::auth::AcceptHandshake::State::Done) {
+            base::log_warn("rank {}: dropped a connection from {} that failed authentication: {}", rank,
+                           base::peer_address(c.get()).to_string(), auth.failure);
+            continue;
+          }
+        }
         if (base::read_full(c.get(), &h, sizeof(h), hello_deadline) != base::IoStatus::Ok || h.magic != kHelloMagic) {
-          base::log_warn("rank {}: dropped a connection from {} that did not say hello", rank,
-                         base::peer_address(c.get()).to_string());
+          bool wants_auth = std::memcmp(&h, base::auth::kMagic.data(), base::auth::kMagicBytes) == 0;
+          base::log_warn("rank {}: dropped a connection from {} that did not say hello{}", rank,
+                         base::peer_address(c.get()).to_string(),
+                         wants_auth ? " (it wants to authenticate, but this rank has no CHORUS_AUTH_TOKEN)" : "");
           continue;
         }
         if (h.comm_tag != comm_tag || h.size != size || h.rank <= rank || h.rank >= size ||
@@ -133,9 +168,22 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
       std::string peer_addr = store.get(key_prefix + "addr/" + std::to_string(p), deadline.remaining());
       base::HostPort hp = base::parse_host_port(peer_addr, "peer address");
       base::Fd c = base::connect_tcp(base::resolve(hp.host, hp.port), deadline, fmt::format("rank {}", p));
+      if (!token.empty()) {
+        base::auth::connect_handshake(c.get(), token, base::auth::Channel::Rank, deadline, ErrorCode::PeerLost,
+                                      fmt::format("rank {} at {}", p, peer_addr), p);
+      }
       send_hello(c.get(), make_hello(comm_tag, rank, size), deadline, p);
       Hello h{};
-      if (base::read_full(c.get(), &h, sizeof(h), deadline) != base::IoStatus::Ok || h.magic != kHelloMagic ||
+      base::IoStatus hello_status = base::read_full(c.get(), &h, sizeof(h), deadline);
+      if (hello_status == base::IoStatus::Ok && h.magic == kAuthRequiredMagic) {
+        base::throw_error(ErrorCode::PeerLost,
+                          fmt::format("authentication with rank {} at {} failed: it requires authentication and "
+                                      "this rank has no CHORUS_AUTH_TOKEN; check that CHORUS_AUTH_TOKEN is the same "
+                                      "on every rank",
+                                      p, peer_addr),
+                          p);
+      }
+      if (hello_status != base::IoStatus::Ok || h.magic != kHelloMagic ||
           h.comm_tag != comm_tag || h.rank != p) {
         base::throw_error(ErrorCode::Mismatch,
                           fmt::format("rank {}: the process at {} is not rank {} of this communicator", rank,
@@ -276,6 +324,7 @@ void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
   Peer& p = peers_[h.peer];
   while (p.completed <= h.index) {
     check_usable();
+    if (p.severed) throw_peer_error(h.peer, "cannot send");
     progress_sends(h.peer);
     if (p.completed > h.index) break;
     poll_once(deadline, -1, h.peer, "to accept our data", nullptr);
@@ -286,6 +335,55 @@ void TcpTransport::flush(const base::Deadline& deadline) {
   for (int q = 0; q < size_; ++q) {
     if (q == rank_ || peers_[q].queue.empty()) continue;
     wait_send(SendHandle{q, peers_[q].posted - 1}, deadline);
+  }
+}
+
+void TcpTransport::send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) {
+  Peer& p = peers_[peer];
+  // In stream order: everything queued before goes first.
+  if (!p.queue.empty()) wait_send(SendHandle{peer, p.posted - 1}, deadline);
+  size_t off = 0;
+  while (off < bytes.size()) {
+    check_usable();
+    if (p.hung_up || p.severed) throw_peer_error(peer, "cannot send");
+    ssize_t w = ::send(p.fd.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      off += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      set_interest(peer, EPOLLOUT, true);
+      poll_once(deadline, -1, peer, "to accept our data", nullptr);
+      continue;
+    }
+    if (w < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)) {
+      p.reset = errno == ECONNRESET;
+      handle_hangup(peer);
+      throw_peer_error(peer, "cannot send");
+    }
+    base::throw_errno(fmt::format("send to rank {}", peer), errno);
+  }
+  set_interest(peer, EPOLLOUT, false);
+}
+
+void TcpTransport::sever(int peer) {
+  Peer& p = peers_[peer];
+  if (p.severed || !p.fd.valid()) return;
+  // A zero linger turns close() into a reset: the peer's reads fail with ECONNRESET, as after a network
+  // failure, and no goodbye or abort frame is sent.
+  linger lg{1, 0};
+  ::setsockopt(p.fd.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+  if (!p.hung_up) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.fd.get(), nullptr);
+  p.fd.reset();
+  p.queue.clear();
+  p.interest = 0;
+  p.hung_up = true;
+  p.reset = true;
+  p.severed = true;
+  if (!p.error) {
+    p.error.emplace(ErrorCode::PeerLost,
+                    fmt::format("rank {} reset its connection to rank {} (fault injection)", rank_, peer), rank_);
   }
 }
 
@@ -362,6 +460,17 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
       }
       if (r == 0) {
         handle_hangup(peer);
+        if (hgot > 0 && (hgot < sizeof(h) || done + pgot < len) && !p.goodbye) {
+          // The stream ended inside this frame: whatever follows in the stash cannot be parsed.
+          std::string detail = hgot < sizeof(h)
+                                   ? fmt::format("its last bytes were not a complete frame (the stream ended after "
+                                                 "{} of the {} header bytes)",
+                                                 hgot, sizeof(h))
+                                   : fmt::format("the stream ended inside a frame ({} of {} payload bytes)",
+                                                 done + pgot, len);
+          if (p.reset) detail += "; connection reset";
+          p.error.emplace(peer_closed_error(rank_, peer, false, detail));
+        }
         throw_peer_error(peer, "waiting for data");
       }
       size_t got = static_cast<size_t>(r);
@@ -514,12 +623,12 @@ void TcpTransport::handle_hangup(int peer) {
   p.stash_pos = 0;
   p.stash += tail;
 
-  // Walk the frames left in the stream.
+  // Walk the frames left in the stream. Nothing in a header is trusted before its checksum and tag are.
   size_t pos = 0;
   while (pos + sizeof(FrameHeader) <= p.stash.size()) {
     FrameHeader h;
     std::memcpy(&h, p.stash.data() + pos, sizeof(h));
-    if (!header_intact(h)) {
+    if (!header_intact(h) || h.comm_tag != comm_tag_) {
       // The peer is gone either way; what is left does not parse as frames (seen, rarely, when a process is
       // killed in the middle of a write). Report the loss, and say the tail was unreadable.
       p.error.emplace(peer_closed_error(rank_, peer, false, "its last bytes were not a complete frame"));
@@ -542,9 +651,12 @@ void TcpTransport::handle_hangup(int peer) {
       }
       return;
     }
+    if (h.length > p.stash.size() - pos - sizeof(FrameHeader)) break;  // the stream ended inside this frame
     pos += sizeof(FrameHeader) + h.length;
   }
-  p.error.emplace(peer_closed_error(rank_, peer, false, p.reset ? "connection reset" : ""));
+  std::string detail = pos < p.stash.size() ? "its last bytes were not a complete frame" : "";
+  if (p.reset) detail += detail.empty() ? "connection reset" : "; connection reset";
+  p.error.emplace(peer_closed_error(rank_, peer, false, detail));
 }
 
 void TcpTransport::check_peers() {

@@ -22,12 +22,17 @@ namespace chorus::transport {
 struct TcpOptions {
   std::string ifname;           // interface to listen on; empty: see choose_listen_address
   int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
+  // The job's secret (CHORUS_AUTH_TOKEN): every connection between ranks starts with the handshake of
+  // base/auth.h, before the hello is trusted. Empty: connections are not authenticated.
+  std::string auth_token;
 };
 
 class TcpTransport final : public Transport {
  public:
-  // Listens, publishes "<key_prefix>addr/<rank>" in the store, connects to every lower rank and accepts
-  // every higher rank. `store_address` (the TCP store's address, when there is one) picks the interface
+  // Listens (on the chosen interface's address only, never a wildcard), publishes "<key_prefix>addr/<rank>"
+  // in the store, connects to every lower rank and accepts every higher rank. With options.auth_token, each
+  // connection is authenticated first; an accepted connection that fails is dropped, logged, and the wait
+  // for the real peer goes on. `store_address` (the TCP store's address, when there is one) picks the interface
   // that routes to it; `all_local` (every rank on this host) picks loopback.
   static std::unique_ptr<TcpTransport> connect(Store& store, const std::string& key_prefix, int rank, int size,
                                                uint64_t comm_tag, const TcpOptions& options,
@@ -47,6 +52,10 @@ class TcpTransport final : public Transport {
   void fail(const Error& error) noexcept override;
   void abort(const std::string& reason) noexcept override;
   void close() noexcept override;
+  // Fault injection: raw bytes after the queued sends (blocking until written); sever = a TCP reset
+  // (SO_LINGER 0 + close), after which this rank's calls involving `peer` throw PeerLost.
+  void send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) override;
+  void sever(int peer) override;
 
   // Progress queued sends without waiting; returns true if some are still queued.
   bool progress();
@@ -75,6 +84,7 @@ class TcpTransport final : public Transport {
     bool hung_up = false;         // the peer's stream has ended; what was left is in `stash`
     bool goodbye = false;         // the peer closed its communicator cleanly
     bool reset = false;           // the connection was reset
+    bool severed = false;         // this rank reset it (sever); fd is closed
     std::optional<Error> error;   // why the peer's stream ended badly (abort frame, death)
     std::string stash;            // read-ahead after a hang-up
     size_t stash_pos = 0;
