@@ -213,7 +213,9 @@ TEST_F(Trace, ARealRunRecordsEveryOperationOnTheThreadThatRanIt) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = Communicator::create(store, r, 2, CommOptions{.transport = TransportKind::InProc});
+      CommOptions options;
+      options.transport = TransportKind::InProc;
+      auto comm = Communicator::create(store, r, 2, options);
       std::vector<float> v(1000, 1.0f), w(8, 1.0f);
       Work a = comm->all_reduce_async(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
       {

@@ -8,6 +8,10 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "base/error.h"
 #include "base/logging.h"
 #include "kernels/half.h"
@@ -51,6 +55,15 @@ const KernelTable& generic_table() noexcept { return generic::kTable; }
 
 namespace {
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 16 does not accept "f16c" in __builtin_cpu_supports. The
+// OS-support check comes with the AVX feature it is combined with.
+bool cpu_has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool cpu_has(Isa isa) noexcept {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 register state (XGETBV).
@@ -58,10 +71,10 @@ bool cpu_has(Isa isa) noexcept {
     case Isa::Generic:
       return true;
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("avx512vl") && cpu_has_f16c();
   }
   return false;
 #else
