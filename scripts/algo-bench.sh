@@ -2,13 +2,15 @@
 # Times every algorithm of every collective (chorus-perf --algos all) at 2, 3, 4 and 8 ranks, 8 B to 64 MiB,
 # and writes the tables to docs/data/algos-<transport>-<coll>-<n>ranks.txt.
 #   scripts/algo-bench.sh [tcp] [ITERS]
+# RANKS="3 8" and COLLS="broadcast allgather" narrow the sweep; OUT (default docs/data) is where the tables go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-tcp} ITERS=${2:-20}
-mkdir -p docs/data
-for n in 2 3 4 8; do
-  for c in allreduce allgather reducescatter broadcast reduce alltoall; do
-    out=docs/data/algos-$T-$c-${n}ranks.txt
+OUT=${OUT:-docs/data}
+mkdir -p "$OUT"
+for n in ${RANKS:-2 3 4 8}; do
+  for c in ${COLLS:-allreduce allgather reducescatter broadcast reduce alltoall}; do
+    out=$OUT/algos-$T-$c-${n}ranks.txt
     echo "== $c, $n ranks -> $out"
     # Small sizes take microseconds: many iterations per round; large ones: ITERS.
     { CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \

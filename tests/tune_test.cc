@@ -97,6 +97,45 @@ TEST(TuningFile, FiguresChangeTheAutomaticChoice) {
   std::remove(bandwidth_bound.c_str());
 }
 
+// A measured table decides within its sizes, at its world size only; outside them the formula decides.
+TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
+  // Figures under which the formula prefers binomial for broadcast (costly messages); measurements say the
+  // chain is faster from 1 KiB to 1 MiB.
+  std::string path = temp_path("measured");
+  write_file(path, R"({"chorus_tuning": 1, "transports": {"inproc": [{"world_size": 8, "alpha_us": 1000,
+      "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]}}}]}})");
+  ::setenv("CHORUS_TUNING_FILE", path.c_str(), 1);
+  std::string inside, below, other_size;
+  run_world(8, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() != 0) return;
+    inside = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);  // 256 KiB: measured
+    below = comm.automatic_algorithm("broadcast", 16, DataType::Float32);        // 64 B: not measured
+  });
+  run_world(7, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() == 0) other_size = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
+  });
+  ::unsetenv("CHORUS_TUNING_FILE");
+  EXPECT_EQ(inside, "chain");
+  EXPECT_EQ(below, "binomial");
+  EXPECT_EQ(other_size, "binomial");  // measured at 8 ranks: not used at 7
+  std::remove(path.c_str());
+
+  // Interpolation is linear in log-log between points, and nothing outside the range.
+  algo::Calibration c;
+  c.measured = {{1024, 1e-3}, {4096, 4e-3}};
+  EXPECT_NEAR(c.measured_time(2048), 2e-3, 1e-9);
+  EXPECT_LT(c.measured_time(512), 0);
+  EXPECT_LT(c.measured_time(8192), 0);
+  // Malformed points are clear errors.
+  EXPECT_THROW(tune::parse_tuning(R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": 1,
+      "overhead_us": 1, "beta_ns_per_byte": 1, "gamma_ns_per_byte": 1, "algorithms": {"allreduce/ring":
+      {"latency": 1, "bandwidth": 1, "measured": [[0, 1]]}}}]}})",
+                                   "test"),
+               Error);
+}
+
 TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   std::string path = temp_path("measured");
   std::vector<Child> job{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--",

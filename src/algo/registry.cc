@@ -533,6 +533,19 @@ double Calibration::correction(double bytes) const {
   return corrections.back().second;
 }
 
+double Calibration::measured_time(double bytes) const {
+  if (measured.empty() || bytes < measured.front().first || bytes > measured.back().first) return -1;
+  double x = std::log(std::max(bytes, 1.0));
+  for (size_t i = 1; i < measured.size(); ++i) {
+    if (bytes <= measured[i].first) {
+      double x0 = std::log(measured[i - 1].first), x1 = std::log(measured[i].first);
+      double f = x1 > x0 ? (x - x0) / (x1 - x0) : 1;
+      return std::exp((1 - f) * std::log(measured[i - 1].second) + f * std::log(measured[i].second));
+    }
+  }
+  return measured.front().second;  // a single point
+}
+
 size_t CallShape::bytes() const {
   switch (coll) {
     case C::AllGather:

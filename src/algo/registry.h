@@ -67,12 +67,23 @@ struct Cost {
 // `corrections` holds, for each probed size (bytes, ascending), measured time / fitted estimate; between
 // probes the ratio is interpolated linearly in log(bytes), beyond them the nearest one applies. So the
 // estimate equals the measurement at the probed sizes and follows the formula's shape in between.
+//
+// `measured` holds times measured back to back, as applications call collectives (chorus-perf --algos, through
+// scripts/algo-bench.sh and scripts/fit-measured.py), at exactly this entry's world size and transport:
+// (bytes, seconds), ascending. Within its range the estimate is the measurement, interpolated linearly in
+// log(bytes) and log(time); outside it, the formula with its corrections. Probes cannot see everything such
+// a measurement sees (on an oversubscribed host, which ranks finish early and take a core from the ranks still
+// sending), so where both exist the measurement wins. Core drops it when the world size or the transport differ
+// from the measurement's.
 struct Calibration {
   double latency = 1;
   double bandwidth = 1;
   std::vector<std::pair<double, double>> corrections;  // (bytes, ratio)
+  std::vector<std::pair<double, double>> measured;     // (bytes, seconds)
 
   double correction(double bytes) const;
+  // The measured time at `bytes`, or a negative number outside the measured range.
+  double measured_time(double bytes) const;
 };
 
 using RunFn = void (*)(OpContext& c, const void* send, void* recv, size_t count, int root);
@@ -101,6 +112,10 @@ std::string algorithm_names(Collective c);
 
 // One algorithm's estimated time in seconds for the call.
 inline double estimate(const Algorithm& a, const CallShape& s, const LinkModel& link, const Calibration& cal) {
+  if (!cal.measured.empty()) {
+    double m = cal.measured_time(static_cast<double>(s.bytes()));
+    if (m >= 0) return m;
+  }
   Cost c = a.cost(s, link);
   double t = c.latency * cal.latency + c.bandwidth * cal.bandwidth;
   return cal.corrections.empty() ? t : t * cal.correction(static_cast<double>(s.bytes()));

@@ -238,6 +238,10 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                             : tuned.link;
   for (int c = 0; c < algo::kNumCollectives; ++c) {
     impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
+    // Measured times describe exactly the world size and transport they were measured at.
+    if (hybrid || tuned.world_size != size) {
+      for (algo::Calibration& cal : impl->calibration[c]) cal.measured.clear();
+    }
   }
   impl->tuning_source = fmt::format("{} ({} ranks entry)",
                                     impl->config.tuning ? impl->config.tuning->source : std::string("built-in tuning"),

@@ -73,6 +73,17 @@ Tuning parse_tuning(const std::string& text, const std::string& source) {
             }
             std::sort(c.corrections.begin(), c.corrections.end());
           }
+          if (f.contains("measured")) {
+            if (!f["measured"].is_array()) bad(source, fmt::format("algorithms.{}.measured must be an array", key));
+            for (const json& pt : f["measured"]) {
+              if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
+                  !(pt[0].get<double>() >= 1) || !(pt[1].get<double>() > 0) || !(pt[1].get<double>() < 1e6)) {
+                bad(source, fmt::format("algorithms.{}.measured: each point is [bytes >= 1, seconds > 0]", key));
+              }
+              c.measured.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+            }
+            std::sort(c.measured.begin(), c.measured.end());
+          }
           le.algorithms[key] = c;
         }
       }
@@ -102,6 +113,11 @@ std::string tuning_to_json(const Tuning& tuning) {
         json corr = json::array();
         for (const auto& [bytes, ratio] : c.corrections) corr.push_back({bytes, ratio});
         algos[key] = {{"latency", c.latency}, {"bandwidth", c.bandwidth}, {"corrections", corr}};
+        if (!c.measured.empty()) {
+          json meas = json::array();
+          for (const auto& [bytes, seconds] : c.measured) meas.push_back({bytes, seconds});
+          algos[key]["measured"] = meas;
+        }
       }
       arr.push_back({{"world_size", e.world_size},
                      {"alpha_us", e.link.alpha * 1e6},

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Puts back-to-back measurements into the built-in tuning.
+
+Reads the chorus-perf --algos tables that scripts/algo-bench.sh writes (docs/data/algos-<transport>-<coll>-
+<N>ranks.txt) and stores each algorithm's median time per size as the "measured" table of its calibration in
+the tuning entry for that transport and world size (docs/data/builtin-tuning.json), then regenerates
+src/tune/builtin_tuning.cc. Within a measured range the cost model then believes the measurement (see
+Calibration in src/algo/registry.h); chorus-tune's probes still shape the estimates elsewhere and at other
+world sizes.
+
+  scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [FILES...]
+
+Without FILES: docs/data/algos-*.txt and docs/data/algos-rerun/algos-*.txt (a table measured in both is
+combined by the geometric mean of its runs).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from importlib import import_module
+
+summary = import_module("algo-summary")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default="docs/data/builtin-tuning.json")
+    ap.add_argument("--source", default="src/tune/builtin_tuning.cc")
+    ap.add_argument("files", nargs="*")
+    args = ap.parse_args()
+    files = args.files or sorted(glob.glob("docs/data/algos-*-*-*ranks.txt") +
+                                 glob.glob("docs/data/algos-rerun/algos-*-*-*ranks.txt"))
+    data = json.load(open(args.json))
+    # (transport, coll, n) -> algorithm -> size -> [seconds, ...]: several runs of one table are combined by
+    # their geometric mean, which damps the run-to-run spread of oversubscribed timings.
+    tables = {}
+    for path in files:
+        m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", path)
+        if not m:
+            continue
+        key = (m.group(1), m.group(2), int(m.group(3)))
+        algos, rows = summary.parse(path)
+        per_algo = tables.setdefault(key, {})
+        for a in algos:
+            for size, times, _, _ in rows:
+                if size > 0 and times.get(a, 0) > 0:
+                    per_algo.setdefault(a, {}).setdefault(size, []).append(times[a] * 1e-6)
+    updated = 0
+    for (transport, coll, n), per_algo in sorted(tables.items()):
+        entries = [e for e in data["transports"].get(transport, []) if e["world_size"] == n]
+        if not entries:
+            print(f"no {transport} entry for {n} ranks in {args.json}: {coll} skipped", file=sys.stderr)
+            continue
+        calib = entries[0].setdefault("algorithms", {})
+        for a, by_size in per_algo.items():
+            points = sorted((size, math.exp(sum(math.log(t) for t in ts) / len(ts))) for size, ts in by_size.items())
+            c = calib.setdefault(f"{coll}/{a}", {"latency": 1.0, "bandwidth": 1.0, "corrections": []})
+            c["measured"] = [[float(b), t] for b, t in points]
+            updated += 1
+    with open(args.json, "w") as f:
+        f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(data, indent=1, sort_keys=True)
+    src = open(args.source).read()
+    start = src.index('R"json(') + len('R"json(')
+    end = src.index(')json"')
+    open(args.source, "w").write(src[:start] + "\n" + text + "\n" + src[end:])
+    print(f"measured tables for {updated} (collective, algorithm, transport, world size) entries -> {args.json}, "
+          f"{args.source}")
+
+
+if __name__ == "__main__":
+    main()
