@@ -49,7 +49,8 @@ std::vector<std::unique_ptr<Communicator>> make_world(int size, const CommOption
   return comms;
 }
 
-class AbortTest : public ::testing::TestWithParam<TransportParam> {
+// Ranks as threads over the parameter's transport, with a 30 s bound on every call.
+class OverTransport : public ::testing::TestWithParam<TransportParam> {
  protected:
   CommOptions options() const {
     CommOptions o;
@@ -58,6 +59,7 @@ class AbortTest : public ::testing::TestWithParam<TransportParam> {
     return o;
   }
 };
+using AbortTest = OverTransport;
 
 // Rank 0 waits inside an all_reduce that rank 1 never joins; a third thread aborts rank 0's communicator.
 // The blocked call, later calls and rank 1's next call all throw Aborted, well within a second.
@@ -160,15 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, AbortTest,
 
 // ---------------------------------------------------------------- shrink with ranks as threads
 
-class ShrinkTest : public ::testing::TestWithParam<TransportParam> {
- protected:
-  CommOptions options() const {
-    CommOptions o;
-    o.transport = GetParam().transport;
-    o.timeout = std::chrono::seconds(30);
-    return o;
-  }
-};
+using ShrinkTest = OverTransport;
 
 // Checks an all_reduce of `ids` on `comm`: every rank contributes (its id + 1).
 void expect_sum_of(Communicator& comm, int64_t id, int64_t expected) {

@@ -162,18 +162,26 @@ Agreement agree(Communicator::Impl& impl, const char* kind, const std::vector<in
   return ag;
 }
 
+// The one-thread-at-a-time check of a recovery call (it works on a failed communicator, so it does not use the
+// collectives' ApiScope), after which queued operations finish (or fail fast).
+std::unique_lock<std::mutex> enter_recovery(Communicator::Impl& impl, const char* op) {
+  std::unique_lock<std::mutex> api(impl.api_mu, std::try_to_lock);
+  if (!api.owns_lock()) {
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("{}: another thread is using this communicator; a communicator is used by one "
+                                  "thread at a time",
+                                  op));
+  }
+  if (impl.engine) impl.engine->drain();
+  return api;
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclude) {
   Impl& impl = *impl_;
-  std::unique_lock<std::mutex> api(impl.api_mu, std::try_to_lock);
-  if (!api.owns_lock()) {
-    base::throw_error(ErrorCode::InvalidArgument,
-                      "shrink: another thread is using this communicator; a communicator is used by one thread at a "
-                      "time");
-  }
   base::LogTag log_tag(&impl.label);
-  if (impl.engine) impl.engine->drain();  // queued operations finish (or fail fast) first
+  auto api = enter_recovery(impl, "shrink");
   Agreement ag = agree(impl, "shrink", exclude);
   int new_rank = static_cast<int>(std::find(ag.members.begin(), ag.members.end(), impl.rank) - ag.members.begin());
   CommOptions opts = impl.options;
@@ -186,14 +194,8 @@ std::unique_ptr<Communicator> Communicator::shrink(const std::vector<int>& exclu
 
 std::unique_ptr<Communicator> Communicator::replace_lost(const std::vector<int>& exclude) {
   Impl& impl = *impl_;
-  std::unique_lock<std::mutex> api(impl.api_mu, std::try_to_lock);
-  if (!api.owns_lock()) {
-    base::throw_error(ErrorCode::InvalidArgument,
-                      "replace_lost: another thread is using this communicator; a communicator is used by one thread "
-                      "at a time");
-  }
   base::LogTag log_tag(&impl.label);
-  if (impl.engine) impl.engine->drain();
+  auto api = enter_recovery(impl, "replace_lost");
   Agreement ag = agree(impl, "replace", exclude);
   const std::string prefix = ag.base + "replace/";
   // The survivor that published the decision also publishes the request the newcomers claim from. Every
