@@ -22,7 +22,7 @@ void write_file(const std::string& path, const std::string& text) { std::ofstrea
 
 TEST(TuningFile, RoundTripsAndPicksTheNearestWorldSize) {
   tune::Tuning t;
-  t.transports["tcp"] = {{2, {1e-6, 2e-6, 3e-9, 4e-9}, {{"allreduce/ring", {1.5, 0.5, {}}}}},
+  t.transports["tcp"] = {{2, {1e-6, 2e-6, 3e-9, 4e-9}, {{"allreduce/ring", {1.5, 0.5, {}, {}}}}},
                          {8, {5e-6, 6e-6, 7e-9, 8e-9}, {}}};
   std::string path = temp_path("roundtrip");
   write_file(path, tune::tuning_to_json(t));

@@ -13,8 +13,9 @@ class Deadline {
  public:
   Deadline() : at_(Clock::time_point::max()) {}
   explicit Deadline(Clock::time_point at) : at_(at) {}
-  static Deadline after(std::chrono::milliseconds d) {
-    auto now = Clock::now();
+  static Deadline after(std::chrono::milliseconds d) { return after(d, Clock::now()); }
+  // `now` read by the caller, who needs the time anyway (one clock read instead of two on a hot path).
+  static Deadline after(std::chrono::milliseconds d, Clock::time_point now) {
     // Saturate instead of overflowing for huge timeouts.
     if (d > std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now)) return Deadline();
     return Deadline(now + d);

@@ -282,7 +282,7 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
   e.link.gamma = figures.gamma_ns_per_byte * 1e-9;
   for (const AlgorithmFit& f : figures.algorithms) {
     e.algorithms[f.collective + "/" + f.algorithm] =
-        algo::Calibration{f.latency_factor, f.bandwidth_factor, f.corrections};
+        algo::Calibration{f.latency_factor, f.bandwidth_factor, f.corrections, {}};
   }
   entries.push_back(e);
   std::sort(entries.begin(), entries.end(),

@@ -77,7 +77,7 @@ void run_guarded(Communicator::Impl& impl, const char* op, Body&& body) {
 // The context for an operation about to run; consumes a sequence number (so it is built on the executing
 // thread, in execution order, which is issue order).
 algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo, size_t count, DataType dtype,
-                             const ReduceOp* rop, int root) {
+                             const ReduceOp* rop, int root, base::Clock::time_point now = base::Clock::now()) {
   algo::OpContext c;
   c.transport = impl.transport.get();
   c.scratch = &impl.scratch;
@@ -94,7 +94,7 @@ algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo,
   c.tag.root = root;
   c.tag.count = count;
   c.tag.seq = impl.next_seq++;
-  c.deadline = base::Deadline::after(impl.config.timeout);
+  c.deadline = base::Deadline::after(impl.config.timeout, now);
   c.dtype = dtype;
   c.esize = dtype_size(dtype);
   c.slice_bytes = std::max(c.esize, impl.config.slice_bytes - impl.config.slice_bytes % c.esize);
@@ -165,9 +165,15 @@ void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requeste
   const uint64_t key = (static_cast<uint64_t>(call.coll) << 56) |
                        (static_cast<uint64_t>(chosen ? chosen - algos.data() + 1 : 0) << 48) |
                        (static_cast<uint64_t>(shape.bytes()) & ((uint64_t{1} << 48) - 1));
+  if (key == impl.last_choice.key) {
+    call.algorithm = impl.last_choice.algorithm;
+    call.estimate = impl.last_choice.estimate;
+    return;
+  }
   if (auto it = impl.choices.find(key); it != impl.choices.end()) {
     call.algorithm = it->second.first;
     call.estimate = it->second.second;
+    impl.last_choice = {key, call.algorithm, call.estimate};
     return;
   }
   if (chosen) {
@@ -188,16 +194,18 @@ void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requeste
   }
   call.algorithm = chosen;
   if (impl.choices.size() < 4096) impl.choices.emplace(key, std::make_pair(chosen, call.estimate));
+  impl.last_choice = {key, chosen, call.estimate};
 }
 
 // Marks the collective in progress for the stall check, for the scope of one call.
 class CurrentOpScope {
  public:
-  CurrentOpScope(Communicator::Impl& impl, const transport::MessageTag& tag) : impl_(impl) {
+  CurrentOpScope(Communicator::Impl& impl, const transport::MessageTag& tag, base::Clock::time_point now)
+      : impl_(impl) {
     auto& cur = impl.current;
     cur.active = true;
     cur.tag = tag;
-    cur.start = std::chrono::steady_clock::now();
+    cur.start = now;
     cur.last_check = cur.start;
     cur.published = false;
   }
@@ -211,9 +219,10 @@ class CurrentOpScope {
 
 void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   const algo::Algorithm& algorithm = *call.algorithm;
+  const auto now = base::Clock::now();
   algo::OpContext c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
-                                   call.has_rop ? &call.rop : nullptr, call.root);
-  CurrentOpScope current(impl, c.tag);
+                                   call.has_rop ? &call.rop : nullptr, call.root, now);
+  CurrentOpScope current(impl, c.tag, now);
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, call.op_name, [&] {
     impl.transport->check_peers();

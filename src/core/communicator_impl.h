@@ -81,6 +81,12 @@ struct Communicator::Impl {
   // Choices already made, so the small-message path does not evaluate every formula on every call: key
   // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).
   std::unordered_map<uint64_t, std::pair<const algo::Algorithm*, double>> choices;
+  // The previous call's entry: a loop of same-shaped calls skips the hash lookup.
+  struct LastChoice {
+    uint64_t key = ~uint64_t{0};
+    const algo::Algorithm* algorithm = nullptr;
+    double estimate = 0;
+  } last_choice;
 
   // The collective in progress, for the stall check (set per operation; formatted only when stalled).
   struct CurrentOp {

@@ -162,9 +162,28 @@ DivFn div_fn(DataType type, Isa isa) noexcept {
   return k != nullptr ? k->div : nullptr;
 }
 
-ReduceFn reduce_fn(DataType type, ReduceOp op) noexcept { return reduce_fn(type, op, active_isa()); }
-SumDivFn sum_div_fn(DataType type) noexcept { return sum_div_fn(type, active_isa()); }
-DivFn div_fn(DataType type) noexcept { return div_fn(type, active_isa()); }
+namespace {
+// The active ISA's table, looked up once: reduce_fn runs on every reducing call.
+const TypeKernels* active_kernels_for(DataType type) noexcept {
+  static const KernelTable* const table = isa_supported(active_isa()) ? table_of(active_isa()) : nullptr;
+  const auto t = static_cast<size_t>(type);
+  return table != nullptr && t < table->size() ? &(*table)[t] : nullptr;
+}
+}  // namespace
+
+ReduceFn reduce_fn(DataType type, ReduceOp op) noexcept {
+  const TypeKernels* k = active_kernels_for(type);
+  const auto o = static_cast<size_t>(op);
+  return k != nullptr && o < k->reduce.size() ? k->reduce[o] : nullptr;
+}
+SumDivFn sum_div_fn(DataType type) noexcept {
+  const TypeKernels* k = active_kernels_for(type);
+  return k != nullptr ? k->sum_div : nullptr;
+}
+DivFn div_fn(DataType type) noexcept {
+  const TypeKernels* k = active_kernels_for(type);
+  return k != nullptr ? k->div : nullptr;
+}
 
 void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   const ReduceFn fn = reduce_fn(type, op);

@@ -16,6 +16,11 @@ void check_data_frame(const FrameHeader& h, const MessageTag& expected, size_t e
                             me, peer, describe(expected)),
                 peer);
   }
+  check_intact_data_frame(h, expected, expected_len, comm_tag, me, peer);
+}
+
+void throw_frame_mismatch(const FrameHeader& h, const MessageTag& expected, size_t expected_len, uint64_t comm_tag,
+                          int me, int peer) {
   if (h.comm_tag != comm_tag) {
     throw Error(ErrorCode::Mismatch,
                 fmt::format("rank {} received a frame from rank {} that belongs to another communicator or job "
@@ -23,24 +28,22 @@ void check_data_frame(const FrameHeader& h, const MessageTag& expected, size_t e
                             me, peer, h.comm_tag, comm_tag),
                 peer);
   }
-  if (!same_operation(h, expected) || h.length != expected_len) {
-    MessageTag got = tag_of(h);
-    std::string hint;
-    if (got.op == expected.op && got.seq == expected.seq && got.count == expected.count &&
-        got.algo != expected.algo) {
-      hint = " (the ranks chose different algorithms: is CHORUS_ALGO set the same everywhere?)";
-    } else if (got.seq != expected.seq) {
-      hint = " (the ranks are at different calls: every rank must call the same collectives in the same order)";
-    } else if (got.op == expected.op && got.count == expected.count && h.length != expected_len &&
-               same_operation(h, expected)) {
-      hint = " (same operation, different slicing: is CHORUS_SLICE_BYTES set the same everywhere?)";
-    }
-    throw Error(ErrorCode::Mismatch,
-                fmt::format("collective mismatch: rank {} is in {} expecting {} bytes from rank {}, but rank {} sent "
-                            "{} with {} bytes{}",
-                            me, describe(expected), expected_len, peer, peer, describe(got), h.length, hint),
-                peer);
+  MessageTag got = tag_of(h);
+  std::string hint;
+  if (got.op == expected.op && got.seq == expected.seq && got.count == expected.count &&
+      got.algo != expected.algo) {
+    hint = " (the ranks chose different algorithms: is CHORUS_ALGO set the same everywhere?)";
+  } else if (got.seq != expected.seq) {
+    hint = " (the ranks are at different calls: every rank must call the same collectives in the same order)";
+  } else if (got.op == expected.op && got.count == expected.count && h.length != expected_len &&
+             same_operation(h, expected)) {
+    hint = " (same operation, different slicing: is CHORUS_SLICE_BYTES set the same everywhere?)";
   }
+  throw Error(ErrorCode::Mismatch,
+              fmt::format("collective mismatch: rank {} is in {} expecting {} bytes from rank {}, but rank {} sent "
+                          "{} with {} bytes{}",
+                          me, describe(expected), expected_len, peer, peer, describe(got), h.length, hint),
+              peer);
 }
 
 Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& detail) {

@@ -124,6 +124,16 @@ namespace chorus::transport {
 // length). `me` and `peer` are ranks, for the message.
 void check_data_frame(const FrameHeader& h, const MessageTag& expected, size_t expected_len, uint64_t comm_tag,
                       int me, int peer);
+// The same checks less the integrity one, for a header whose checksum the caller has already verified (the
+// receive paths: one checksum per frame instead of two).
+[[noreturn]] void throw_frame_mismatch(const FrameHeader& h, const MessageTag& expected, size_t expected_len,
+                                       uint64_t comm_tag, int me, int peer);
+inline void check_intact_data_frame(const FrameHeader& h, const MessageTag& expected, size_t expected_len,
+                                    uint64_t comm_tag, int me, int peer) {
+  if (h.comm_tag != comm_tag || h.length != expected_len || !same_operation(h, expected)) {
+    throw_frame_mismatch(h, expected, expected_len, comm_tag, me, peer);
+  }
+}
 
 // The error to raise when `peer` has gone away while this rank needed a frame from it.
 Error peer_closed_error(int me, int peer, bool said_goodbye, const std::string& detail);

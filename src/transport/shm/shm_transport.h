@@ -93,6 +93,7 @@ class ShmTransport final : public Transport {
   void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, OnBytes&& on_bytes,
                OnRemote&& on_remote);
   bool write_some(int peer);
+  void put_ring(char* data, uint64_t pos, const char* src, size_t n);
   template <class Ready>
   void wait_until(Ready&& ready, const base::Deadline& deadline, int peer, const char* what, const MessageTag* tag);
   void ring_doorbell(int peer);

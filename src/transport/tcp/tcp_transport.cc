@@ -481,8 +481,10 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
       if (header_completed) {
         if (!header_intact(h) || h.kind != static_cast<uint8_t>(FrameKind::Data)) {
           on_unexpected_frame(peer, h, tag, len, pdst, pgot, deadline);
+          check_data_frame(h, tag, len, comm_tag_, rank_, peer);
+        } else {
+          check_intact_data_frame(h, tag, len, comm_tag_, rank_, peer);
         }
-        check_data_frame(h, tag, len, comm_tag_, rank_, peer);
       }
     }
     if (hgot == sizeof(h) && pgot == piece) {
