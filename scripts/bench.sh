@@ -46,9 +46,13 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
   done
 } | tee "$OUT/rss.txt"
 
-# compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate.
+# compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate, and times as the peers' harness (mpi_coll.c) does:
+# as many iterations per size (--iters-by-size: 200 up to 64 KiB, 40 up to 4 MiB, 10 above; compare.sh's own
+# chorus-perf command line would leave the default 20 everywhere, which lets one scheduler hiccup dominate a
+# 1 us figure) and the slowest rank's time (--average 3, as the peers' MPI_MAX).
 PERF_WRAPPER=$(mktemp /tmp/chorus-perf-wrapper.XXXXXX)
-printf '#!/bin/sh\nexec %q --rotate %s "$@"\n' "$PWD/build/bin/chorus-perf" "$ROTATE" >"$PERF_WRAPPER"
+printf '#!/bin/sh\nexec %q --rotate %s --iters-by-size --average 3 "$@"\n' "$PWD/build/bin/chorus-perf" "$ROTATE" \
+  >"$PERF_WRAPPER"
 chmod +x "$PERF_WRAPPER"
 export CHORUS_PERF=$PERF_WRAPPER
 SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
@@ -68,7 +72,7 @@ for t in $TRANSPORTS; do
     for c in $COLLS; do
       f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
       echo "== $c, $n ranks, $t -> $f"
-      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
+      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE --iters-by-size --average 3)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
         echo "compare.sh failed: see $f"
       # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
       pkill -f mpi_coll_mpich 2>/dev/null || true

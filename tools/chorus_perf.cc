@@ -124,6 +124,7 @@ struct Options {
   size_t step_bytes = 1 << 20;
   size_t step_factor = 1;
   int iters = 20;
+  bool iters_by_size = false;  // --iters-by-size: the peers' harness schedule instead of -n
   int warmup = 5;
   int repeats = 5;  // --algos: interleaved rounds over every algorithm; each time is the median
   int check = 1;
@@ -202,6 +203,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("-f,--stepfactor", o.step_factor, "Size multiplier between steps (> 1 replaces -i)")
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--iters-by-size", o.iters_by_size,
+               "Timed iterations by size, as the peers' harness (../shared/peers/mpi_coll.c) times them: 200 up to "
+               "64 KiB, 40 up to 4 MiB, 10 above (replaces -n); small sizes then average over as many calls as the "
+               "peers' figures do");
   app.add_option("--repeats", o.repeats,
                  "With --algos: rounds of timing that visit every algorithm in turn; each reported time is the "
                  "median over rounds (so slow drifts of a shared machine hit all algorithms alike)")
@@ -1039,6 +1044,12 @@ class Bench {
     }
   }
 
+  // Timed iterations for a size: -n, or with --iters-by-size the schedule of the peers' harness.
+  int iters_for(size_t bytes) const {
+    if (!o_.iters_by_size) return o_.iters;
+    return bytes <= (size_t{1} << 16) ? 200 : bytes <= (size_t{1} << 22) ? 40 : 10;
+  }
+
   // nccl-tests' BenchTime.
   template <class T>
   Measurement bench_time(const Layout& l, DataType type, ReduceOp op, int root, bool in_place,
@@ -1056,15 +1067,16 @@ class Bench {
       return b;
     };
     const uint64_t tcp_before = o_.traffic ? tcp_bytes() : 0;
+    const int iters = iters_for(l.bytes(ts));
     auto start = std::chrono::steady_clock::now();
-    for (int iter = 0; iter < o_.iters; ++iter) {
+    for (int iter = 0; iter < iters; ++iter) {
       for (int a = 0; a < o_.agg; ++a) launch(l, type, op, root, in_place, ts, iter * o_.agg + a, algorithm);
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                     (static_cast<double>(o_.iters) * o_.agg);
+                     (static_cast<double>(iters) * o_.agg);
     // The last timed call, before the collectives below replace it.
     const chorus::OperationInfo last = comm_.last_operation();
-    uint64_t over_tcp = o_.traffic ? (tcp_bytes() - tcp_before) / (static_cast<uint64_t>(o_.iters) * o_.agg) : 0;
+    uint64_t over_tcp = o_.traffic ? (tcp_bytes() - tcp_before) / (static_cast<uint64_t>(iters) * o_.agg) : 0;
     seconds = combine_time(seconds);
 
     Measurement m;
