@@ -8,7 +8,8 @@
 #   - the memory-bandwidth probe (../shared/peers/membw.c)          -> docs/data/bench/membw.txt
 #   - peak resident memory of `chorus-perf allreduce -b 64M -e 64M`  -> docs/data/bench/rss.txt
 #   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
-#     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md
+#     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md, and the
+#     same tables into docs/performance.md (between its bench:begin and bench:end markers)
 # --rotate 0 (default): chorus-perf reuses one buffer slot for every iteration, as the peers' benchmark does, so
 # both sides are timed with the same cache state; --rotate 1 moves through the buffers as nccl-tests does
 # (sizes that fit in the caches are then timed cold for Chorus only), into compare-...-<t>-rotate1.txt.
@@ -49,19 +50,24 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
 # compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate, and times as the peers' harness (mpi_coll.c) does:
 # as many iterations per size (--iters-by-size: 200 up to 64 KiB, 40 up to 4 MiB, 10 above; compare.sh's own
 # chorus-perf command line would leave the default 20 everywhere, which lets one scheduler hiccup dominate a
-# 1 us figure) and the slowest rank's time (--average 3, as the peers' MPI_MAX).
+# 1 us figure) and the slowest rank's time (--average 3, as the peers' MPI_MAX). For broadcast it puts the
+# in-place block first (--in-place-first), the one compare.sh reads: MPI_Bcast has a single buffer, while an
+# out-of-place broadcast also copies send to recv on the root.
 PERF_WRAPPER=$(mktemp /tmp/chorus-perf-wrapper.XXXXXX)
-printf '#!/bin/sh\nexec %q --rotate %s --iters-by-size --average 3 "$@"\n' "$PWD/build/bin/chorus-perf" "$ROTATE" \
-  >"$PERF_WRAPPER"
+printf '#!/bin/sh\nx=; [ "$1" = broadcast ] && x=--in-place-first\nexec %q --rotate %s --iters-by-size --average 3 $x "$@"\n' \
+  "$PWD/build/bin/chorus-perf" "$ROTATE" >"$PERF_WRAPPER"
 chmod +x "$PERF_WRAPPER"
 export CHORUS_PERF=$PERF_WRAPPER
 SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
 
 # MPICH over UCX tcp prints its whole table, then hangs in MPI_Finalize (docs/performance.md): a watchdog ends
 # any mpi_coll_mpich that has run for 5 minutes, so the sweep goes on (its figures are already out).
-( while sleep 10; do
+# (No `cond && kill` as a loop's last command: under set -e a false condition ended the watchdog itself.)
+( set +e
+  while sleep 10; do
     for pid in $(pgrep -f mpi_coll_mpich); do
-      [[ $(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ') -gt 300 ]] 2>/dev/null && kill "$pid" 2>/dev/null
+      e=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')
+      if [[ -n $e && $e -gt 300 ]]; then kill "$pid" 2>/dev/null; fi
     done
   done ) &
 WATCHDOG=$!
@@ -72,7 +78,7 @@ for t in $TRANSPORTS; do
     for c in $COLLS; do
       f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
       echo "== $c, $n ranks, $t -> $f"
-      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE --iters-by-size --average 3)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
+      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE --iters-by-size --average 3; broadcast: --in-place-first)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
         echo "compare.sh failed: see $f"
       # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
       pkill -f mpi_coll_mpich 2>/dev/null || true
@@ -81,5 +87,5 @@ for t in $TRANSPORTS; do
 done
 
 PY=python3; $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
-$PY scripts/plot-bench.py "$OUT" --img docs/img --summary "$OUT/summary.md"
+$PY scripts/plot-bench.py "$OUT" --img docs/img --summary "$OUT/summary.md" --doc docs/performance.md
 echo "tables: $OUT/summary.md; plots: docs/img/bench-*.png"

@@ -309,6 +309,60 @@ TEST(ChorusPerf, RotateZeroReusesOneSlotAndStillChecks) {
   EXPECT_EQ(run_perf({"allreduce", "--rotate", "2"}).exit_code, 2);
 }
 
+TEST(ChorusPerf, ItersBySizeFollowsThePeersSchedule) {
+  std::string path = ::testing::TempDir() + "chorus_perf_test_i." + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  Result r = run_perf({"allgather", "-b", "48K", "-e", "12M", "-f", "16", "-w", "0", "--iters-by-size", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("iters: by-size(200<=64K,40<=4M,10)"));
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["options"]["iters_by_size"], true);
+  ASSERT_EQ(j["results"].size(), 3u);  // 48 KiB, 768 KiB, 12 MiB
+  const int expected[] = {200, 40, 10};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["results"][i]["out_of_place"]["iters"], expected[i]) << j["results"][i]["size"];
+    EXPECT_EQ(j["results"][i]["in_place"]["iters"], expected[i]);
+    EXPECT_EQ(j["results"][i]["out_of_place"]["wrong"], 0);
+  }
+  std::remove(path.c_str());
+  // Without the flag every size gets -n.
+  r = run_perf({"allgather", "-b", "48K", "-e", "48K", "-n", "3", "-w", "0", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream again(path);
+  EXPECT_EQ(nlohmann::json::parse(again)["results"][0]["out_of_place"]["iters"], 3);
+  std::remove(path.c_str());
+}
+
+TEST(ChorusPerf, InPlaceFirstPutsTheInPlaceBlockFirst) {
+  std::string path = ::testing::TempDir() + "chorus_perf_test_p." + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  Result r = run_perf({"broadcast", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "--in-place-first",
+                       "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  auto title = std::find_if(lines.begin(), lines.end(),
+                            [](const std::string& l) { return l.find("out-of-place") != std::string::npos; });
+  ASSERT_NE(title, lines.end()) << r.out;
+  EXPECT_LT(title->find("in-place"), title->find("out-of-place")) << *title;
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<std::vector<std::string>> rows = data_rows(lines);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // The first block is the in-place measurement (the table rounds what the JSON holds).
+    auto printed = [](double us) { return us >= 10000 ? 0.51 : us >= 100 ? 0.051 : 0.0051; };  // format_time
+    const double in_place = j["results"][i]["in_place"]["time_us"].get<double>();
+    const double out_of_place = j["results"][i]["out_of_place"]["time_us"].get<double>();
+    EXPECT_NEAR(std::stod(rows[i][5]), in_place, printed(in_place)) << r.out;
+    EXPECT_NEAR(std::stod(rows[i][9]), out_of_place, printed(out_of_place)) << r.out;
+    EXPECT_EQ(rows[i][8], "0");
+    EXPECT_EQ(rows[i][12], "0");
+  }
+  std::remove(path.c_str());
+}
+
 TEST(ChorusPerf, AggregatedIterationsAndTimeCombinations) {
   for (const char* average : {"0", "2", "3"}) {
     Result r = run_perf({"alltoall", "-b", "3K", "-e", "3K", "-n", "2", "-w", "0", "-m", "3", "-a", average}, 2);

@@ -125,6 +125,7 @@ struct Options {
   size_t step_factor = 1;
   int iters = 20;
   bool iters_by_size = false;  // --iters-by-size: the peers' harness schedule instead of -n
+  bool in_place_first = false;  // --in-place-first: the in-place block comes first in the table
   int warmup = 5;
   int repeats = 5;  // --algos: interleaved rounds over every algorithm; each time is the median
   int check = 1;
@@ -203,6 +204,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("-f,--stepfactor", o.step_factor, "Size multiplier between steps (> 1 replaces -i)")
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--in-place-first", o.in_place_first,
+               "Print the in-place block before the out-of-place one, for side-by-side scripts that read the first "
+               "block when the peer's call is in place by definition (MPI_Bcast has one buffer: an out-of-place "
+               "broadcast also copies send to recv on the root)");
   app.add_flag("--iters-by-size", o.iters_by_size,
                "Timed iterations by size, as the peers' harness (../shared/peers/mpi_coll.c) times them: 200 up to "
                "64 KiB, 40 up to 4 MiB, 10 above (replaces -n); small sizes then average over as many calls as the "
@@ -555,6 +560,7 @@ struct Measurement {
   double busbw = 0;
   std::optional<int64_t> wrong;  // summed over ranks; empty when not checked
   std::string algorithm;         // what ran in the timed calls (Communicator::last_operation)
+  int iters = 0;                 // timed iterations (-n, or by size with --iters-by-size)
   // --traffic, of the last timed call: payload bytes one rank sent, measured and as the algorithm's formula
   // predicts (each the maximum over ranks), and whether the two were equal on every rank.
   uint64_t sent = 0;
@@ -655,7 +661,8 @@ class PerfTable {
 
   void print_header() const {
     std::string title = fmt::format(kLeadHeader, "", "", "", "", "") +
-                        "           out-of-place                       in-place          ";
+                        (o_.in_place_first ? "             in-place                       out-of-place       "
+                                           : "           out-of-place                       in-place          ");
     std::string names = fmt::format(kLeadHeader, "size", "count", "type", "redop", "root");
     std::string units = fmt::format(kLeadHeader, "(B)", "(elements)", "", "", "");
     for (int i = 0; i < 2; ++i) {
@@ -674,7 +681,9 @@ class PerfTable {
 
   std::string format(const Row& r) const {
     std::string line = lead_columns(r);
-    for (const Measurement* m : {&r.out_of_place, &r.in_place}) {
+    const Measurement* first = o_.in_place_first ? &r.in_place : &r.out_of_place;
+    const Measurement* second = o_.in_place_first ? &r.out_of_place : &r.in_place;
+    for (const Measurement* m : {first, second}) {
       line += fmt::format("  {}  {:6.2f}  {:6.2f}  {:>6}", format_time(m->time_us), m->algbw, m->busbw,
                           format_wrong(m->wrong));
     }
@@ -1084,6 +1093,7 @@ class Bench {
     m.algbw = static_cast<double>(l.bytes(ts)) / 1e9 / seconds;
     m.busbw = m.algbw * bus_factor(o_.coll->coll, nranks_);
     m.algorithm = last.algorithm;
+    m.iters = iters;
     busbw_sum_ += m.busbw;
     ++results_;
 
@@ -1230,8 +1240,8 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
   fmt::print(
       "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} "
       "validation: {} graph: 0\n#\n# Using devices\n",
-      o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup, o.iters,
-      o.agg, o.check);
+      o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup,
+      o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10)") : std::to_string(o.iters), o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
   fmt::print("#\n# chorus {}, reduction kernels: {}\n#\n", chorus::version_string(), chorus::kernel_isa());
   if (!bench.compared().empty()) {
@@ -1264,6 +1274,7 @@ nlohmann::json measurement_json(const Measurement& m, bool traffic) {
   nlohmann::json j{{"time_us", m.time_us}, {"algbw_gbps", m.algbw}, {"busbw_gbps", m.busbw}};
   j["wrong"] = m.wrong ? nlohmann::json(*m.wrong) : nlohmann::json(nullptr);
   j["algorithm"] = m.algorithm;
+  j["iters"] = m.iters;
   if (traffic) j["traffic"] = {{"sent", m.sent}, {"predicted", m.predicted}, {"ok", m.traffic_ok}};
   return j;
 }
@@ -1283,7 +1294,8 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
   j["transport"] = transport;
   j["options"] = {{"minbytes", o.min_bytes},   {"maxbytes", o.max_bytes},
                   {"stepbytes", o.step_bytes}, {"stepfactor", o.step_factor},
-                  {"iters", o.iters},          {"warmup_iters", o.warmup},
+                  {"iters", o.iters},          {"iters_by_size", o.iters_by_size},
+                  {"in_place_first", o.in_place_first}, {"warmup_iters", o.warmup},
                   {"agg_iters", o.agg},        {"check", o.check},
                   {"average", o.average},      {"algorithm", bench.algorithm()},
                   {"algos", bench.compared()}, {"traffic", o.traffic}};
