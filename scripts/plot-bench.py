@@ -70,6 +70,7 @@ def main():
     overview = ["| collective | ranks | transport | 8-64 B | 128-512 B | 1-256 KiB | 1 MiB and up | sizes <= 1.0 |",
                 "|---|---|---|---|---|---|---|---|"]
     bands = [(0, 64), (128, 512), (1 << 10, 256 << 10), (1 << 20, 1 << 62)]
+    plots = []  # image links for --doc (relative to docs/)
     for (coll, t), by_n in sorted(runs.items()):
         ns = sorted(by_n)
         fig, axes = plt.subplots(1, len(ns), figsize=(6 * len(ns), 4.2), squeeze=False)
@@ -106,6 +107,7 @@ def main():
                        f"{sum(r[4] <= 1.0 for r in ratios)}/{len(ratios)} sizes at or below 1.0", ""]
         fig.tight_layout()
         out = os.path.join(a.img, f"bench-{coll}-{t}.png")
+        plots.append(f"![{coll}, {t}](img/bench-{coll}-{t}.png)")
         fig.savefig(out, dpi=90)
         plt.close(fig)
         print("wrote", out)
@@ -124,6 +126,8 @@ def main():
             raise SystemExit(f"{a.doc}: no {begin.strip()} ... {end} section")
         body = "\n".join("#### " + line[3:] if line.startswith("## ") else
                          ("" if line.startswith("# chorus time") else line) for line in md)
+        body = body.replace("\n#### ", "\nBus bandwidth against size, per collective and transport (one panel per world "
+                            "size):\n\n" + "\n".join(plots) + "\n\n#### ", 1)
         with open(a.doc, "w") as f:
             f.write(text[:i] + begin + body.strip() + "\n" + text[j:])
         print("updated", a.doc)
