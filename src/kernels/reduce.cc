@@ -119,11 +119,27 @@ Isa choose_isa() {
   return best;
 }
 
-const TypeKernels* kernels_for(DataType type, Isa isa) noexcept {
-  const KernelTable* table = isa_supported(isa) ? table_of(isa) : nullptr;
+const TypeKernels* kernels_in(const KernelTable* table, DataType type) noexcept {
   const auto t = static_cast<size_t>(type);
   return table != nullptr && t < table->size() ? &(*table)[t] : nullptr;
 }
+
+const TypeKernels* kernels_for(DataType type, Isa isa) noexcept {
+  return kernels_in(isa_supported(isa) ? table_of(isa) : nullptr, type);
+}
+
+// The active ISA's table, looked up once: reduce_fn runs on every reducing call.
+const TypeKernels* active_kernels_for(DataType type) noexcept {
+  static const KernelTable* const table = isa_supported(active_isa()) ? table_of(active_isa()) : nullptr;
+  return kernels_in(table, type);
+}
+
+ReduceFn reduce_of(const TypeKernels* k, ReduceOp op) noexcept {
+  const auto o = static_cast<size_t>(op);
+  return k != nullptr && o < k->reduce.size() ? k->reduce[o] : nullptr;
+}
+SumDivFn sum_div_of(const TypeKernels* k) noexcept { return k != nullptr ? k->sum_div : nullptr; }
+DivFn div_of(const TypeKernels* k) noexcept { return k != nullptr ? k->div : nullptr; }
 
 }  // namespace
 
@@ -146,44 +162,13 @@ Isa active_isa() noexcept {
   return isa;
 }
 
-ReduceFn reduce_fn(DataType type, ReduceOp op, Isa isa) noexcept {
-  const TypeKernels* k = kernels_for(type, isa);
-  const auto o = static_cast<size_t>(op);
-  return k != nullptr && o < k->reduce.size() ? k->reduce[o] : nullptr;
-}
+ReduceFn reduce_fn(DataType type, ReduceOp op, Isa isa) noexcept { return reduce_of(kernels_for(type, isa), op); }
+SumDivFn sum_div_fn(DataType type, Isa isa) noexcept { return sum_div_of(kernels_for(type, isa)); }
+DivFn div_fn(DataType type, Isa isa) noexcept { return div_of(kernels_for(type, isa)); }
 
-SumDivFn sum_div_fn(DataType type, Isa isa) noexcept {
-  const TypeKernels* k = kernels_for(type, isa);
-  return k != nullptr ? k->sum_div : nullptr;
-}
-
-DivFn div_fn(DataType type, Isa isa) noexcept {
-  const TypeKernels* k = kernels_for(type, isa);
-  return k != nullptr ? k->div : nullptr;
-}
-
-namespace {
-// The active ISA's table, looked up once: reduce_fn runs on every reducing call.
-const TypeKernels* active_kernels_for(DataType type) noexcept {
-  static const KernelTable* const table = isa_supported(active_isa()) ? table_of(active_isa()) : nullptr;
-  const auto t = static_cast<size_t>(type);
-  return table != nullptr && t < table->size() ? &(*table)[t] : nullptr;
-}
-}  // namespace
-
-ReduceFn reduce_fn(DataType type, ReduceOp op) noexcept {
-  const TypeKernels* k = active_kernels_for(type);
-  const auto o = static_cast<size_t>(op);
-  return k != nullptr && o < k->reduce.size() ? k->reduce[o] : nullptr;
-}
-SumDivFn sum_div_fn(DataType type) noexcept {
-  const TypeKernels* k = active_kernels_for(type);
-  return k != nullptr ? k->sum_div : nullptr;
-}
-DivFn div_fn(DataType type) noexcept {
-  const TypeKernels* k = active_kernels_for(type);
-  return k != nullptr ? k->div : nullptr;
-}
+ReduceFn reduce_fn(DataType type, ReduceOp op) noexcept { return reduce_of(active_kernels_for(type), op); }
+SumDivFn sum_div_fn(DataType type) noexcept { return sum_div_of(active_kernels_for(type)); }
+DivFn div_fn(DataType type) noexcept { return div_of(active_kernels_for(type)); }
 
 void reduce(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t n) {
   const ReduceFn fn = reduce_fn(type, op);
