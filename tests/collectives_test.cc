@@ -328,5 +328,42 @@ std::vector<MatrixParam> matrix_params() {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveMatrix, ::testing::ValuesIn(matrix_params()), param_name);
 
+// Shared memory, every wait sleeping (CHORUS_SHM_SPIN=0), so every frame's sender must see the receiver asleep
+// and wake it. A wake-up missed costs the sleeper its whole 100 ms slice, and the transport counts it. Both
+// ways of ordering the sender's store against its look at the sleeper: membarrier (the default, where the
+// kernel offers it) and a locked instruction per frame.
+class ShmWakeups : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmWakeups, EveryFrameWakesItsSleepingReceiver) {
+  ScopedEnv spin("CHORUS_SHM_SPIN", "0");
+  ScopedEnv membarrier("CHORUS_SHM_MEMBARRIER", GetParam() ? "1" : "0");
+  CommOptions o;
+  o.transport = TransportKind::Shm;
+  o.timeout = std::chrono::seconds(60);
+  constexpr int kRanks = 3;
+  run_world(kRanks, o, [&](Communicator& comm) {
+    const int r = comm.rank();
+    for (int i = 0; i < 400; ++i) {
+      const size_t count = 1 + static_cast<size_t>(i % 7) * 37;
+      std::vector<int32_t> v(count);
+      for (size_t k = 0; k < count; ++k) v[k] = static_cast<int32_t>((r + 1) * (i + 1) + k);
+      comm.all_reduce(v.data(), v.data(), count, DataType::Int32, ReduceOp::Sum);
+      for (size_t k = 0; k < count; ++k) {
+        // sum over ranks q of (q + 1)(i + 1) + k
+        ASSERT_EQ(v[k], static_cast<int32_t>(kRanks * (kRanks + 1) / 2 * (i + 1) + kRanks * k)) << i;
+      }
+      int32_t b = r == i % kRanks ? i : -1;
+      comm.broadcast(&b, &b, 1, DataType::Int32, i % kRanks);
+      ASSERT_EQ(b, i);
+    }
+    TrafficCounters t = comm.traffic();
+    EXPECT_GT(t.sleeps, 0u);
+    EXPECT_EQ(t.missed_wakeups, 0u) << "rank " << r << " slept " << t.sleeps << " times";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ordering, ShmWakeups, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Membarrier" : "Locked"; });
+
 }  // namespace
 }  // namespace chorus::testing

@@ -92,6 +92,10 @@ struct TrafficCounters {
   std::vector<uint64_t> received_from;  // indexed by peer rank
   std::vector<std::string> via;         // indexed by peer rank: "shm", "tcp", "inproc" ("self" for this rank)
   uint64_t operations = 0;
+  // Shared memory only: waits that went to sleep after polling (CHORUS_SHM_SPIN polls), and sleeps that ran
+  // their whole 100 ms slice although their data had come. A missed wake-up is a bug: it should stay 0.
+  uint64_t sleeps = 0;
+  uint64_t missed_wakeups = 0;
 };
 
 // What the most recent operation on a communicator did.

@@ -986,6 +986,9 @@ TrafficCounters Communicator::traffic() const {
   for (uint64_t b : t.sent_to) t.bytes_sent += b;
   for (uint64_t b : t.received_from) t.bytes_received += b;
   t.operations = impl_->operations;
+  const transport::WaitCounters w = impl_->transport->wait_counters();
+  t.sleeps = w.sleeps;
+  t.missed_wakeups = w.missed_wakeups;
   return t;
 }
 

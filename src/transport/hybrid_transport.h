@@ -19,6 +19,7 @@ class HybridTransport final : public Transport {
   std::string_view name() const noexcept override { return "shm+tcp"; }
   // "shm" or "tcp": the transport that carries frames to `peer`.
   std::string_view transport_for(int peer) const noexcept override { return local_[peer] ? "shm" : "tcp"; }
+  WaitCounters wait_counters() const noexcept override { return shm_->wait_counters(); }
 
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
                    const base::Deadline& deadline) override {

@@ -52,6 +52,12 @@ struct Reduction {
 // (most likely to the rank it waits for) rather than spin on it.
 bool more_ranks_than_cores(int ranks) noexcept;
 
+// How a transport's waits went (shared memory; the others report zeros).
+struct WaitCounters {
+  uint64_t sleeps = 0;          // waits that went to sleep after polling
+  uint64_t missed_wakeups = 0;  // sleeps that ran their whole time slice although their data had come
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -59,6 +65,7 @@ class Transport {
   virtual std::string_view name() const noexcept = 0;
   // The transport that carries frames to `peer` (differs from name() only in a hybrid).
   virtual std::string_view transport_for(int peer) const noexcept { return name(); }
+  virtual WaitCounters wait_counters() const noexcept { return {}; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
 

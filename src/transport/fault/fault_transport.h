@@ -53,6 +53,7 @@ class FaultTransport final : public Transport {
 
   std::string_view name() const noexcept override { return inner_->name(); }
   std::string_view transport_for(int peer) const noexcept override { return inner_->transport_for(peer); }
+  WaitCounters wait_counters() const noexcept override { return inner_->wait_counters(); }
 
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
                    const base::Deadline& deadline) override;

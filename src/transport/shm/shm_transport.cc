@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -33,6 +34,21 @@ constexpr uint64_t kMagic = 0x314d485353524843;  // "CHRSSHM1"
 constexpr size_t kAlign = 64;                   // frames and payloads start on cache lines
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
 constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
+constexpr uint32_t kControlMembarrier = 1;      // Control::flags bit: registered for membarrier(GLOBAL_EXPEDITED)
+
+int membarrier(int cmd) { return static_cast<int>(::syscall(__NR_membarrier, cmd, 0, 0)); }
+
+// Registers this process as a target of MEMBARRIER_CMD_GLOBAL_EXPEDITED (once; a registration lasts for the
+// process). False where the kernel (or a seccomp filter) does not offer it.
+bool register_membarrier() {
+  static const bool ok = [] {
+    int cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    return cmds >= 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+           (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
+           membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+  }();
+  return ok;
+}
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -59,7 +75,7 @@ struct ShmSegment {
     int32_t rank;
     int32_t local_count;
     int32_t pid;
-    int32_t reserved;
+    uint32_t flags;  // kControl* bits, set before magic
     uint64_t probe_address;  // address of `probe` in the owner's memory, for the cross-memory-attach probe
     uint64_t probe;
     alignas(64) std::atomic<uint32_t> doorbell;
@@ -209,6 +225,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   c.pid = ::getpid();
   c.probe = 0x5eed5eed5eed5eedull;
   c.probe_address = reinterpret_cast<uint64_t>(&c.probe);
+  c.flags = options.allow_membarrier && register_membarrier() ? kControlMembarrier : 0;
   std::atomic_thread_fence(std::memory_order_release);
   c.magic = kMagic;
   store.set(key_prefix + "seg/" + std::to_string(rank), t->self_name_);
@@ -245,6 +262,12 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     peer.pid = pc.pid;
     peer.pidfd = open_pidfd(peer.pid);
   }
+  // Asymmetric wake-ups need every local rank registered (a sleeper's barrier reaches registered processes
+  // only) and every rank choosing them: each reads the same flags, so all agree.
+  t->asymmetric_wake_ = (c.flags & kControlMembarrier) != 0;
+  for (int q : local) {
+    if (q != rank && !(t->peers_[q].segment->control.flags & kControlMembarrier)) t->asymmetric_wake_ = false;
+  }
 
   // Cross-memory attach: every rank probes reading each local peer's memory; all must succeed for any pair
   // to use it (the sender picks single-copy frames, so both sides must agree).
@@ -274,8 +297,9 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
-  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}", count, ring >> 10,
-                 cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)");
+  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}, wake-up checks {}", count,
+                 ring >> 10, cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+                 t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;
 }
 
@@ -291,8 +315,18 @@ ShmTransport::~ShmTransport() {
 
 // ---------------------------------------------------------------- waiting
 
+// Called after publishing something a peer may wait for (frame data, ring room, a failure). The peer, going to
+// sleep, announces it in `sleeping` and then looks once more; one of the two sides must see the other's
+// store. Symmetric: our locked increment orders our stores before our load of `sleeping`; it drains the store
+// buffer, which for a small frame means waiting for the ring's cache lines to reach this core, and that was
+// most of a small send's time. Asymmetric: a compiler barrier here, and the sleeper's membarrier(2) orders
+// every registered process at the rare moment it goes to sleep.
 void ShmTransport::ring_doorbell(int peer) {
   auto& c = peers_[peer].segment->control;
+  if (asymmetric_wake_) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    if (!c.sleeping.load(std::memory_order_relaxed)) return;
+  }
   c.doorbell.fetch_add(1, std::memory_order_seq_cst);
   if (c.sleeping.load(std::memory_order_seq_cst)) {
     futex(&c.doorbell, FUTEX_WAKE, 1 << 30, nullptr);
@@ -407,12 +441,20 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
     // rung), then wait for a ring or a slice to pass. The slice bounds how late a dead peer is noticed.
     uint32_t seen = me.doorbell.load(std::memory_order_seq_cst);
     me.sleeping.store(1, std::memory_order_seq_cst);
+    // Asymmetric wake-ups: once this returns, every peer has either seen `sleeping` or made its stores
+    // visible to the look below. Should it fail, sleep in short slices instead.
+    const bool ordered = !asymmetric_wake_ || membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
     if (!ready() && !peer_failed(peer)) {
-      auto slice = external_busy ? std::chrono::microseconds(200) : std::chrono::microseconds(100000);
+      constexpr auto kLong = std::chrono::microseconds(100000);
+      auto slice = external_busy || !ordered ? std::chrono::microseconds(200) : kLong;
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining());
       if (left < slice) slice = std::max(left, std::chrono::microseconds(1));
       timespec ts{static_cast<time_t>(slice.count() / 1000000), static_cast<long>(slice.count() % 1000000) * 1000};
-      futex(&me.doorbell, FUTEX_WAIT, seen, &ts);
+      ++waits_.sleeps;
+      if (futex(&me.doorbell, FUTEX_WAIT, seen, &ts) != 0 && errno == ETIMEDOUT && slice == kLong && ready()) {
+        // Slept the whole slice although what we waited for had come: its sender did not see us asleep.
+        ++waits_.missed_wakeups;
+      }
     }
     me.sleeping.store(0, std::memory_order_relaxed);
     check_liveness();
@@ -437,7 +479,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     Ring& ring = p.segment->ring(peers_[rank_].local);
     const size_t frame = sizeof(FrameHeader) + round_up(len, kAlign);
     const uint64_t head = ring.head.load(std::memory_order_relaxed);
-    if (options_.ring_bytes - (head - ring.tail.load(std::memory_order_acquire)) >= frame) {
+    if (ring_room(p, head, frame) >= frame) {
       const FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
       char* ring_data = p.segment->data(peers_[rank_].local);
       put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
@@ -462,6 +504,17 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   return h;
 }
 
+// Room in our ring in the peer after stream position head, from the tail last seen; rereads the tail (and so
+// touches the consumer's cache line) only when that is less than need.
+uint64_t ShmTransport::ring_room(Peer& p, uint64_t head, size_t need) {
+  uint64_t room = options_.ring_bytes - (head - p.tail_seen);
+  if (room < need) {
+    p.tail_seen = p.segment->ring(peers_[rank_].local).tail.load(std::memory_order_acquire);
+    room = options_.ring_bytes - (head - p.tail_seen);
+  }
+  return room;
+}
+
 // Copies n bytes into a peer's ring for us at stream position pos (wrapping at the ring's end).
 void ShmTransport::put_ring(char* data, uint64_t pos, const char* src, size_t n) {
   for_ring_bytes(data, options_.ring_bytes, pos, n,
@@ -484,7 +537,8 @@ bool ShmTransport::write_some(int peer) {
     SendReq& r = p.queue.front();
     const size_t body = r.remote ? kDescriptorBytes : round_up(r.len, kAlign);
     const uint64_t head = ring.head.load(std::memory_order_relaxed);
-    uint64_t space = size - (head - ring.tail.load(std::memory_order_acquire));
+    // The room for the rest of the frame (as much as the ring holds) is enough not to look at the tail again.
+    uint64_t space = ring_room(p, head, std::min<size_t>(sizeof(FrameHeader) + body - r.written, size));
     size_t wrote = 0;
     if (r.written == 0) {
       const size_t first = sizeof(FrameHeader) + (r.remote ? kDescriptorBytes : 0);
@@ -538,7 +592,11 @@ void ShmTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
   // In order, as on every transport: h and every earlier frame written, and every single-copy frame up to h
   // consumed (its payload is read from our memory).
   const uint64_t need_consumed = std::min(h.index + 1, p.last_remote);
-  auto done = [&] { return p.written > h.index && ring.consumed.load(std::memory_order_acquire) >= need_consumed; };
+  auto done = [&] {
+    if (p.written <= h.index) return false;
+    if (p.consumed_seen < need_consumed) p.consumed_seen = ring.consumed.load(std::memory_order_acquire);
+    return p.consumed_seen >= need_consumed;
+  };
   if (done()) return;  // the common case for small frames, written whole by isend
   wait_until(done, deadline, h.peer, "to take our data", nullptr);
 }

@@ -23,6 +23,10 @@ struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
   bool allow_cma = true;                // false: always stream through the rings (CHORUS_SHM_CMA=0)
+  // Wake-ups with asymmetric fences when every local rank can (membarrier(2)): a sender checks whether its
+  // peer sleeps with a plain load, and the rank going to sleep pays for the ordering. false: a locked
+  // instruction on the peer's doorbell per frame (CHORUS_SHM_MEMBARRIER=0).
+  bool allow_membarrier = true;
   int spin = -1;                        // polls before sleeping; -1: chosen from the core count
 };
 
@@ -58,6 +62,8 @@ class ShmTransport final : public Transport {
 
   // Whether large payloads go by cross-memory attach (else they stream through the rings).
   bool single_copy() const { return cma_; }
+  bool asymmetric_wake() const { return asymmetric_wake_; }
+  WaitCounters wait_counters() const noexcept override { return waits_; }
   // When combined with another transport (HybridTransport): called on every polling round, it keeps the
   // other transport progressing; returns true while it has work in flight (so sleeps stay short).
   void set_external_progress(std::function<bool()> fn) { external_progress_ = std::move(fn); }
@@ -84,6 +90,11 @@ class ShmTransport final : public Transport {
     uint64_t posted = 0;     // frames posted
     uint64_t written = 0;    // frames completely written into the ring
     uint64_t last_remote = 0;  // index + 1 of the last single-copy frame posted
+    // The ring's tail and consumed count as last read. Both only grow, so a stale value understates the room
+    // and the progress: it is reread only when it is not enough. Reading them on every frame would pull
+    // their cache lines from the consumer's core each time, and make its next write fetch them back.
+    uint64_t tail_seen = 0;
+    uint64_t consumed_seen = 0;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
@@ -94,6 +105,7 @@ class ShmTransport final : public Transport {
                OnRemote&& on_remote);
   bool write_some(int peer);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
+  uint64_t ring_room(Peer& p, uint64_t head, size_t need);
   template <class Ready>
   void wait_until(Ready&& ready, const base::Deadline& deadline, int peer, const char* what, const MessageTag* tag);
   void ring_doorbell(int peer);
@@ -107,6 +119,8 @@ class ShmTransport final : public Transport {
   uint64_t comm_tag_;
   ShmOptions options_;
   bool cma_ = false;
+  bool asymmetric_wake_ = false;  // every local rank registered for membarrier(GLOBAL_EXPEDITED)
+  WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
   std::vector<int> local_;  // communicator ranks on this host
