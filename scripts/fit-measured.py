@@ -10,8 +10,10 @@ world sizes.
 
   scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [FILES...]
 
-Without FILES: docs/data/algos-*.txt and docs/data/algos-rerun/algos-*.txt (a table measured in both is
-combined by the geometric mean of its runs).
+Without FILES: the tables of GENERATIONS below. A generation is a set of runs of one state of the transports;
+for each (transport, collective, world size) the newest generation that measured it wins, and the tables of
+that generation are combined by the geometric mean of their runs. Older generations timed code that no
+longer exists (the shm rings before prefaulting paid page faults on their first calls, for example).
 """
 import argparse
 import glob
@@ -27,14 +29,37 @@ from importlib import import_module
 summary = import_module("algo-summary")
 
 
+# Oldest first. Add a generation when a transport change makes the older tables misleading.
+GENERATIONS = [
+    # The first sweep and its partial rerun (2026-11-30, before the shm small-message path and prefaulting).
+    ["docs/data", "docs/data/algos-rerun"],
+    # After the shm small-message path (c47b46b) and prefaulted rings (758e458): two full shm runs and a tcp run.
+    ["docs/data/algos-s4", "docs/data/algos-s5"],
+]
+
+
+def default_files():
+    newest = {}  # (transport, coll, n) -> (generation, [paths])
+    for g, dirs in enumerate(GENERATIONS):
+        for d in dirs:
+            for path in sorted(glob.glob(os.path.join(d, "algos-*-*-*ranks.txt"))):
+                m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", os.path.basename(path))
+                if not m:
+                    continue
+                key = (m.group(1), m.group(2), int(m.group(3)))
+                if key not in newest or newest[key][0] < g:
+                    newest[key] = (g, [])
+                newest[key][1].append(path)
+    return [p for _, paths in sorted(newest.values(), key=lambda v: v[1]) for p in paths]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="docs/data/builtin-tuning.json")
     ap.add_argument("--source", default="src/tune/builtin_tuning.cc")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
-    files = args.files or sorted(glob.glob("docs/data/algos-*-*-*ranks.txt") +
-                                 glob.glob("docs/data/algos-rerun/algos-*-*-*ranks.txt"))
+    files = args.files or default_files()
     data = json.load(open(args.json))
     # (transport, coll, n) -> algorithm -> size -> [seconds, ...]: several runs of one table are combined by
     # their geometric mean, which damps the run-to-run spread of oversubscribed timings.
