@@ -35,7 +35,7 @@ GENERATIONS = [
     # and a third tcp run (13:43-13:57 UTC): the tcp transport changed only by per-frame savings that shift every
     # algorithm alike, so its three runs are one generation.
     ["docs/data", "docs/data/algos-rerun", "docs/data/algos-tcp-s5"],
-    # After the shm small-message path (c47b46b) and prefaulted rings (758e458): two full shm runs and a tcp run.
+    # After the shm small-message path (c47b46b) and prefaulted rings (758e458): two full shm runs.
     ["docs/data/algos-s4", "docs/data/algos-s5"],
 ]
 

@@ -62,7 +62,6 @@ class ShmTransport final : public Transport {
 
   // Whether large payloads go by cross-memory attach (else they stream through the rings).
   bool single_copy() const { return cma_; }
-  bool asymmetric_wake() const { return asymmetric_wake_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
   // When combined with another transport (HybridTransport): called on every polling round, it keeps the
   // other transport progressing; returns true while it has work in flight (so sleeps stay short).
