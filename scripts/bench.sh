@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reruns the performance comparison of docs/performance.md in one command, and regenerates its tables and plots.
 #
-#   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1] [--quick]
+#   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1]
+#                    [--registered 0|1] [--quick]
 #
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
@@ -13,17 +14,21 @@
 # --rotate 0 (default): chorus-perf reuses one buffer slot for every iteration, as the peers' benchmark does, so
 # both sides are timed with the same cache state; --rotate 1 moves through the buffers as nccl-tests does
 # (sizes that fit in the caches are then timed cold for Chorus only), into compare-...-<t>-rotate1.txt.
+# --registered 1: chorus-perf's buffers come from chorus::mem_alloc (-R 1: local peers read them in place; the
+# peers' buffers stay plain heap memory), into compare-...-<t>-registered.txt; plot-bench.py leaves these out of
+# the generated tables.
 # --quick: all_reduce only, 2 ranks (a few minutes). The full run takes about 2 hours on the 2-core machine:
 # run it on a quiet machine, since every figure is a side-by-side ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0
+COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
     --rotate) ROTATE=$2; shift 2 ;;
+    --registered) REGISTERED=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
   esac
 done
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
@@ -54,11 +59,12 @@ echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
 # in-place block first (--in-place-first), the one compare.sh reads: MPI_Bcast has a single buffer, while an
 # out-of-place broadcast also copies send to recv on the root.
 PERF_WRAPPER=$(mktemp /tmp/chorus-perf-wrapper.XXXXXX)
-printf '#!/bin/sh\nx=; [ "$1" = broadcast ] && x=--in-place-first\nexec %q --rotate %s --iters-by-size --average 3 $x "$@"\n' \
-  "$PWD/build/bin/chorus-perf" "$ROTATE" >"$PERF_WRAPPER"
+printf '#!/bin/sh\nx=; [ "$1" = broadcast ] && x=--in-place-first\nexec %q --rotate %s -R %s --iters-by-size --average 3 $x "$@"\n' \
+  "$PWD/build/bin/chorus-perf" "$ROTATE" "$REGISTERED" >"$PERF_WRAPPER"
 chmod +x "$PERF_WRAPPER"
 export CHORUS_PERF=$PERF_WRAPPER
 SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
+[[ $REGISTERED == 1 ]] && SUFFIX=$SUFFIX-registered
 
 # MPICH over UCX tcp prints its whole table, then hangs in MPI_Finalize (docs/performance.md): a watchdog ends
 # any mpi_coll_mpich that has run for 5 minutes, so the sweep goes on (its figures are already out).
@@ -78,7 +84,7 @@ for t in $TRANSPORTS; do
     for c in $COLLS; do
       f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
       echo "== $c, $n ranks, $t -> $f"
-      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE --iters-by-size --average 3; broadcast: --in-place-first)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
+      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE -R $REGISTERED --iters-by-size --average 3; broadcast: --in-place-first)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
         echo "compare.sh failed: see $f"
       # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
       pkill -f mpi_coll_mpich 2>/dev/null || true

@@ -309,6 +309,22 @@ TEST(ChorusPerf, RotateZeroReusesOneSlotAndStillChecks) {
   EXPECT_EQ(run_perf({"allreduce", "--rotate", "2"}).exit_code, 2);
 }
 
+// -R 1: buffers from chorus::mem_alloc, which local peers read in place; every result is still checked.
+TEST(ChorusPerf, RegisteredBuffersAreCheckedLikeAnyOther) {
+  for (const char* coll : {"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"}) {
+    Result r = run_perf({coll, "-b", "48K", "-e", "3M", "-f", "8", "-n", "3", "-w", "1", "-R", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("buffers registered (chorus::mem_alloc, -R 1)"));
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    ASSERT_EQ(rows.size(), 3u) << r.out;
+    for (const auto& f : rows) {
+      EXPECT_EQ(f[8], "0") << coll << "\n" << r.out;   // #wrong, out of place
+      EXPECT_EQ(f[12], "0") << coll << "\n" << r.out;  // in place
+    }
+  }
+  EXPECT_EQ(run_perf({"allreduce", "-R", "2"}).exit_code, 2);
+}
+
 TEST(ChorusPerf, ItersBySizeFollowsThePeersSchedule) {
   std::string path = ::testing::TempDir() + "chorus_perf_test_i." + std::to_string(::getpid()) + ".json";
   std::remove(path.c_str());

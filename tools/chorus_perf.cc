@@ -140,6 +140,7 @@ struct Options {
   std::vector<std::string> compare;  // --algos: the algorithms to time side by side; empty: the nccl-tests table
   bool traffic = false;              // --traffic: bytes sent, measured against the algorithm's formula
   int rotate = 1;  // 1: each iteration uses the next slot of the buffers, as nccl-tests; 0: always the same one
+  int registered = 0;  // -R 1: send and receive buffers from chorus::mem_alloc (as nccl-tests' -R)
 };
 
 // nccl-tests' order for "-d all" and "-o all".
@@ -263,6 +264,11 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "same slot, as MPI benchmarks (and compare.sh's peers) do")
       ->check(CLI::Range(0, 1))
       ->capture_default_str();
+  app.add_option("-R,--registered", o.registered,
+                 "1: allocate the send and receive buffers with chorus::mem_alloc (registered memory, which "
+                 "local peers read in place); 0: plain page-aligned heap memory, as the peers' benchmarks use")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_flag("--traffic", o.traffic,
                "Add bytes sent per rank, measured and as the algorithm's formula predicts (max over ranks), "
                "and whether they agree on every rank");
@@ -360,14 +366,27 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
 // ---- buffers ----
 
 struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+  bool registered = false;
+  void operator()(void* p) const {
+    if (registered) {
+      chorus::mem_free(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
 using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
 
-// Page-aligned, zeroed (so every page is mapped before anything is timed).
-Buffer allocate(size_t bytes) {
+// Page-aligned, zeroed (so every page is mapped before anything is timed). registered: from
+// chorus::mem_alloc.
+Buffer allocate(size_t bytes, bool registered = false) {
   constexpr size_t kAlign = 4096;
   size_t rounded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (registered) {
+    void* p = chorus::mem_alloc(rounded);
+    std::memset(p, 0, rounded);
+    return Buffer(static_cast<std::byte*>(p), FreeDeleter{true});
+  }
   void* p = std::aligned_alloc(kAlign, rounded);
   if (p == nullptr) throw std::runtime_error(fmt::format("cannot allocate {} bytes for the buffers", rounded));
   std::memset(p, 0, rounded);
@@ -849,8 +868,8 @@ class Bench {
         rank_(comm.rank()),
         nranks_(comm.size()),
         buffer_bytes_(o.max_bytes),
-        send_(allocate(buffer_bytes_)),
-        recv_(allocate(buffer_bytes_)),
+        send_(allocate(buffer_bytes_, o.registered != 0)),
+        recv_(allocate(buffer_bytes_, o.registered != 0)),
         expected_(o.check > 0 ? allocate(buffer_bytes_) : nullptr) {}
 
   // Checks the algorithm names of the options on one empty call each (collectively): a name the collective
@@ -1243,7 +1262,8 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
       o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup,
       o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10)") : std::to_string(o.iters), o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
-  fmt::print("#\n# chorus {}, reduction kernels: {}\n#\n", chorus::version_string(), chorus::kernel_isa());
+  fmt::print("#\n# chorus {}, reduction kernels: {}{}\n#\n", chorus::version_string(), chorus::kernel_isa(),
+             o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "");
   if (!bench.compared().empty()) {
     std::string names;
     for (const std::string& n : bench.compared()) names += (names.empty() ? "" : ", ") + n;

@@ -5,6 +5,7 @@
 #include "chorus/communicator.h"
 #include "chorus/error.h"
 #include "chorus/export.h"
+#include "chorus/memory.h"
 #include "chorus/reducer.h"
 #include "chorus/store.h"
 #include "chorus/trace.h"

@@ -96,6 +96,10 @@ struct TrafficCounters {
   // their whole 100 ms slice although their data had come. A missed wake-up is a bug: it should stay 0.
   uint64_t sleeps = 0;
   uint64_t missed_wakeups = 0;
+  // Shared memory only: large payloads received by one copy through cross-memory attach, and those read in
+  // place from the sender's registered memory (chorus::mem_alloc, include/chorus/memory.h).
+  uint64_t attach_reads = 0;
+  uint64_t registered_reads = 0;
 };
 
 // What the most recent operation on a communicator did.

@@ -17,10 +17,18 @@
 
 namespace chorus::algo {
 
+// Frees Scratch's memory: registered (chorus::mem_alloc) or from the heap.
+struct ScratchDeleter {
+  bool registered = false;
+  void operator()(char* p) const;
+};
+
 // Memory an operation may borrow, owned by the communicator and reused across calls, so the small-message
-// path does not allocate.
+// path does not allocate. Large scratch is registered memory (chorus::mem_alloc), so that local peers read
+// what an algorithm sends from it in place, as they do a user's registered buffers.
 class Scratch {
  public:
+  static constexpr size_t kRegisteredScratchBytes = size_t{64} << 10;
   // A 64-byte aligned buffer of at least `bytes`, valid until the next call of buffer().
   char* buffer(size_t bytes);
   std::vector<uint32_t>& send_steps() { return send_steps_; }
@@ -31,10 +39,7 @@ class Scratch {
   }
 
  private:
-  struct FreeDeleter {
-    void operator()(char* p) const;
-  };
-  std::unique_ptr<char, FreeDeleter> buf_;
+  std::unique_ptr<char, ScratchDeleter> buf_;
   size_t cap_ = 0;
   std::vector<uint32_t> send_steps_, recv_steps_;
 };

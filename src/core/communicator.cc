@@ -989,6 +989,8 @@ TrafficCounters Communicator::traffic() const {
   const transport::WaitCounters w = impl_->transport->wait_counters();
   t.sleeps = w.sleeps;
   t.missed_wakeups = w.missed_wakeups;
+  t.attach_reads = w.attach_reads;
+  t.registered_reads = w.mapped_reads;
   return t;
 }
 

@@ -52,10 +52,12 @@ struct Reduction {
 // (most likely to the rank it waits for) rather than spin on it.
 bool more_ranks_than_cores(int ranks) noexcept;
 
-// How a transport's waits went (shared memory; the others report zeros).
+// How a transport's waits and large payloads went (shared memory; the others report zeros).
 struct WaitCounters {
   uint64_t sleeps = 0;          // waits that went to sleep after polling
   uint64_t missed_wakeups = 0;  // sleeps that ran their whole time slice although their data had come
+  uint64_t attach_reads = 0;    // frames received by one copy through cross-memory attach
+  uint64_t mapped_reads = 0;    // frames received by reading the sender's registered memory in place
 };
 
 class Transport {

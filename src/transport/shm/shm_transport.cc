@@ -63,7 +63,14 @@ struct Descriptor {
   uint64_t address;  // in the producer's address space
   uint64_t length;
   int32_t pid;
+  // The payload lies in registered memory (chorus::mem_alloc) when region_id != 0: the consumer maps that
+  // region and reads it directly instead of by cross-memory attach.
+  int32_t region_fd;
+  uint64_t region_id;
+  uint64_t region_base;
+  uint64_t region_bytes;
 };
+static_assert(sizeof(Descriptor) <= 64, "a descriptor fits its frame body");
 
 }  // namespace
 
@@ -491,9 +498,10 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     }
   }
   SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
-            p.posted};
+            p.posted, std::nullopt};
   r.remote = remote;
   if (r.remote) {
+    r.region = registered_memory::find(data, len);
     r.header.flags |= kFlagRemote;
     r.header.checksum = header_checksum(r.header);
     p.last_remote = p.posted + 1;
@@ -546,7 +554,13 @@ bool ShmTransport::write_some(int peer) {
       put(head, reinterpret_cast<const char*>(&r.header), sizeof(FrameHeader));
       if (r.remote) {
         char block[kDescriptorBytes] = {};
-        Descriptor d{reinterpret_cast<uint64_t>(r.data), r.len, static_cast<int32_t>(::getpid())};
+        Descriptor d{reinterpret_cast<uint64_t>(r.data), r.len, static_cast<int32_t>(::getpid()), -1, 0, 0, 0};
+        if (r.region) {
+          d.region_fd = r.region->fd;
+          d.region_id = r.region->id;
+          d.region_base = r.region->base;
+          d.region_bytes = r.region->bytes;
+        }
         std::memcpy(block, &d, sizeof(d));
         put(head + sizeof(FrameHeader), block, kDescriptorBytes);
       }
@@ -610,8 +624,9 @@ void ShmTransport::flush(const base::Deadline& deadline) {
 // ---------------------------------------------------------------- receiving
 
 // Receives the next frame from `peer`: on_bytes(src, n, offset) is called on payload bytes as they arrive in
-// the ring (at most two pieces per arrival, each a whole number of elements), on_remote(pid, address, len)
-// once for a single-copy frame.
+// the ring (at most two pieces per arrival, each a whole number of elements), or once on the whole payload
+// where it lies in the sender's registered memory (mapped here); on_remote(pid, address, len) once for any
+// other single-copy frame.
 template <class OnBytes, class OnRemote>
 void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline,
                            OnBytes&& on_bytes, OnRemote&& on_remote) {
@@ -644,7 +659,27 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       throw Error(ErrorCode::Internal,
                   fmt::format("rank {}: a single-copy descriptor from rank {} is corrupt", rank_, peer), peer);
     }
-    on_remote(static_cast<pid_t>(d.pid), d.address, len);
+    const char* mapped = nullptr;
+    if (d.region_id != 0) {
+      // Registered memory: read it in place. Should the mapping fail (it should not where cross-memory
+      // attach works), fall back to that, once noting why.
+      std::string why;
+      mapped = regions_.translate(static_cast<pid_t>(d.pid),
+                                  RegionRef{d.region_id, d.region_fd, d.region_base, d.region_bytes}, d.address, len,
+                                  &why);
+      if (mapped == nullptr && !region_warned_) {
+        region_warned_ = true;
+        base::log_warn("rank {}: cannot map rank {}'s registered memory ({}); reading it by cross-memory attach",
+                       rank_, peer, why);
+      }
+    }
+    if (mapped != nullptr) {
+      ++waits_.mapped_reads;
+      on_bytes(mapped, len, size_t{0});
+    } else {
+      ++waits_.attach_reads;
+      on_remote(static_cast<pid_t>(d.pid), d.address, len);
+    }
     tail += kDescriptorBytes;
   } else {
     const size_t body = round_up(len, kAlign);

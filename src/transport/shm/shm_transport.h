@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "transport/shm/registered_memory.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -77,6 +78,7 @@ class ShmTransport final : public Transport {
     size_t written;  // bytes of header + body written into the ring
     bool remote;     // a single-copy descriptor: the body is the descriptor, the payload stays here
     uint64_t index;  // frame number on this channel
+    std::optional<RegionRef> region;  // a single-copy payload in registered memory
   };
   struct Peer {
     int local = -1;             // index among the host's ranks
@@ -129,6 +131,8 @@ class ShmTransport final : public Transport {
   std::string self_name_;
   bool self_unlinked_ = false;
   std::unique_ptr<char[]> staging_;
+  RegionCache regions_;         // peers' registered memory, mapped on first use
+  bool region_warned_ = false;  // logged once that a peer's region could not be mapped
   std::function<bool()> external_progress_;
   std::optional<Error> failed_;
   bool closed_ = false;
