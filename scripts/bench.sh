@@ -7,6 +7,7 @@
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
 #   - the memory-bandwidth probe (../shared/peers/membw.c)          -> docs/data/bench/membw.txt
+#   - the floor of a 2-rank all_reduce (bench/allreduce_floor.cc)   -> docs/data/bench/floor.txt
 #   - peak resident memory of `chorus-perf allreduce -b 64M -e 64M`  -> docs/data/bench/rss.txt
 #   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
 #     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md, and the
@@ -28,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --rotate) ROTATE=$2; shift 2 ;;
     --registered) REGISTERED=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
 done
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
@@ -41,6 +42,10 @@ python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplo
 echo "== memory bandwidth"
 cc -O2 -o /tmp/chorus-membw "$PEERS/membw.c"
 { date -u; for b in 1048576 16777216 67108864; do /tmp/chorus-membw "$b"; done; } | tee "$OUT/membw.txt"
+
+echo "== the floor of a 2-rank all_reduce (bench/allreduce_floor.cc: the memory work alone, four ways)"
+[[ -x build/bin/allreduce_floor ]] || cmake --build build --target allreduce_floor
+{ date -u; build/bin/allreduce_floor -b 1M -e 64M -t 1; } | tee "$OUT/floor.txt"
 
 echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
 {
