@@ -258,7 +258,9 @@ TEST_P(Async, AGroupOfSmallAllReducesIsFusedAndCorrect) {
         }
       }
       // Nothing has run yet: the buffers are untouched.
-      if (n > 1) EXPECT_EQ(out[1].size() ? out[1][0] : -1.0f, -1.0f);
+      if (n > 1) {
+        EXPECT_EQ(out[1].size() ? out[1][0] : -1.0f, -1.0f);
+      }
       comm.group_end();
       for (auto& w : works) EXPECT_TRUE(w.test());
       for (int c = 0; c < kCalls; ++c) {

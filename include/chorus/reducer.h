@@ -110,6 +110,10 @@ class CHORUS_API Reducer {
     size_t launches = 0;
   };
   StepStats last_step() const noexcept;
+  // The traffic of the Reducer's own communicator (a split of the one it was given): bytes per peer, and on
+  // shared memory how many bucket payloads peers read in place (buckets of 64 KiB and more are registered
+  // memory, chorus::mem_alloc).
+  TrafficCounters traffic() const;
 
   struct Impl;
 

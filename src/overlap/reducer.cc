@@ -22,6 +22,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "chorus/memory.h"
 #include "chorus/trace.h"
 #include "overlap/bucketing.h"
 
@@ -53,19 +54,38 @@ BucketPolicy parse_bucket_policy(std::string_view name) {
 namespace {
 
 // 64-byte aligned storage for one bucket (never null, even when empty, so that count-0 calls get a pointer).
+// Buckets of 64 KiB and more are registered memory (chorus::mem_alloc), which the ranks on a host read from
+// each other in place.
 class AlignedBytes {
  public:
+  static constexpr size_t kRegisteredBytes = size_t{64} << 10;
   AlignedBytes() = default;
-  explicit AlignedBytes(size_t n)
-      : p_(static_cast<std::byte*>(::operator new (std::max<size_t>(n, 64), std::align_val_t{64}))), n_(n) {}
-  AlignedBytes(AlignedBytes&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  explicit AlignedBytes(size_t n) : n_(n) {
+    if (n >= kRegisteredBytes) {
+      try {
+        p_ = static_cast<std::byte*>(mem_alloc(n));
+        registered_ = true;
+      } catch (const Error&) {
+        // No memfd here: plain memory works the same, with one more copy on the shm transport.
+      }
+    }
+    if (p_ == nullptr) p_ = static_cast<std::byte*>(::operator new (std::max<size_t>(n, 64), std::align_val_t{64}));
+  }
+  AlignedBytes(AlignedBytes&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), registered_(std::exchange(o.registered_, false)) {}
   AlignedBytes& operator=(AlignedBytes&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(registered_, o.registered_);
     return *this;
   }
   ~AlignedBytes() {
-    if (p_ != nullptr) ::operator delete (p_, std::align_val_t{64});
+    if (p_ == nullptr) return;
+    if (registered_) {
+      mem_free(p_);
+    } else {
+      ::operator delete (p_, std::align_val_t{64});
+    }
   }
   std::byte* data() const { return p_; }
   size_t size() const { return n_; }
@@ -73,6 +93,7 @@ class AlignedBytes {
  private:
   std::byte* p_ = nullptr;
   size_t n_ = 0;
+  bool registered_ = false;
 };
 
 // How long an idle scheduler waits before asking the other ranks again when something is ready here but
@@ -589,5 +610,7 @@ size_t Reducer::num_parameters() const noexcept { return impl_->params.size(); }
 const ReducerOptions& Reducer::options() const noexcept { return impl_->options; }
 
 Reducer::StepStats Reducer::last_step() const noexcept { return impl_->last; }
+
+TrafficCounters Reducer::traffic() const { return impl_->comm->traffic(); }
 
 }  // namespace chorus
