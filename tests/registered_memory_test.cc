@@ -118,9 +118,27 @@ TEST(RegionCache, DropsTheLeastRecentlyUsedMappingBeyondItsBound) {
 
 // ---- collectives with registered buffers, shared memory ----
 
+// Sets an environment variable for the test's lifetime (communicators read it when they are created).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (value != nullptr) ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// How large payloads may move: by default both ways; without cross-memory attach (as under container
+// profiles that forbid process_vm_readv), registered memory is still read in place; with in-place reads
+// turned off, everything goes by cross-memory attach.
+enum class Mode { Default, NoAttach, NoRegistered };
+
 struct Case {
   int ranks;
   bool in_place;
+  Mode mode = Mode::Default;
 };
 
 class RegisteredCollectives : public ::testing::TestWithParam<Case> {};
@@ -129,7 +147,9 @@ class RegisteredCollectives : public ::testing::TestWithParam<Case> {};
 float input(int r, size_t k) { return static_cast<float>((r + 1) * 3 + static_cast<int>(k % 1000)); }
 
 TEST_P(RegisteredCollectives, LargeCollectivesReadPeersInPlaceAndAreRight) {
-  const auto [n, in_place] = GetParam();
+  const auto [n, in_place, mode] = GetParam();
+  ScopedEnv cma("CHORUS_SHM_CMA", mode == Mode::NoAttach ? "0" : nullptr);
+  ScopedEnv registered("CHORUS_SHM_REGISTERED", mode == Mode::NoRegistered ? "0" : nullptr);
   CommOptions o;
   o.transport = TransportKind::Shm;
   o.timeout = std::chrono::seconds(60);
@@ -193,8 +213,13 @@ TEST_P(RegisteredCollectives, LargeCollectivesReadPeersInPlaceAndAreRight) {
     }
 
     const TrafficCounters t = comm.traffic();
-    EXPECT_GT(t.registered_reads, 0u) << "rank " << r << ": no payload was read in place";
-    EXPECT_EQ(t.attach_reads, 0u) << "rank " << r << ": every large payload was registered";
+    if (mode == Mode::NoRegistered) {
+      EXPECT_EQ(t.registered_reads, 0u) << "rank " << r;
+      EXPECT_GT(t.attach_reads, 0u) << "rank " << r;
+    } else {
+      EXPECT_GT(t.registered_reads, 0u) << "rank " << r << ": no payload was read in place";
+      EXPECT_EQ(t.attach_reads, 0u) << "rank " << r << ": every large payload was registered";
+    }
     comm.barrier();  // no peer still reads our regions
     mem_free(send);
     mem_free(recv);
@@ -202,9 +227,14 @@ TEST_P(RegisteredCollectives, LargeCollectivesReadPeersInPlaceAndAreRight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, RegisteredCollectives,
-                         ::testing::Values(Case{2, false}, Case{2, true}, Case{3, false}, Case{4, true}),
+                         ::testing::Values(Case{2, false}, Case{2, true}, Case{3, false}, Case{4, true},
+                                           Case{2, false, Mode::NoAttach}, Case{3, true, Mode::NoAttach},
+                                           Case{3, false, Mode::NoRegistered}),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           return std::to_string(i.param.ranks) + "Ranks" + (i.param.in_place ? "InPlace" : "");
+                           const char* mode = i.param.mode == Mode::NoAttach       ? "WithoutAttach"
+                                              : i.param.mode == Mode::NoRegistered ? "InPlaceReadsOff"
+                                                                                   : "";
+                           return std::to_string(i.param.ranks) + "Ranks" + (i.param.in_place ? "InPlace" : "") + mode;
                          });
 
 // Registered and plain buffers mixed across ranks and calls, and regions freed and reallocated between

@@ -33,6 +33,7 @@ namespace {
 constexpr uint64_t kMagic = 0x314d485353524843;  // "CHRSSHM1"
 constexpr size_t kAlign = 64;                   // frames and payloads start on cache lines
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
+constexpr uint64_t kProbeValue = 0x5eed5eed5eed5eedull;  // what the cross-memory and registered probes read
 constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
 constexpr uint32_t kControlMembarrier = 1;      // Control::flags bit: registered for membarrier(GLOBAL_EXPEDITED)
 
@@ -85,6 +86,11 @@ struct ShmSegment {
     uint32_t flags;  // kControl* bits, set before magic
     uint64_t probe_address;  // address of `probe` in the owner's memory, for the cross-memory-attach probe
     uint64_t probe;
+    // A page of the owner's registered memory holding kProbeValue, for the registered-memory probe (id 0: none).
+    int32_t probe_region_fd;
+    uint64_t probe_region_id;
+    uint64_t probe_region_base;
+    uint64_t probe_region_bytes;
     alignas(64) std::atomic<uint32_t> doorbell;
     alignas(64) std::atomic<uint32_t> sleeping;
     std::atomic<uint32_t> closed;
@@ -230,8 +236,23 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   c.rank = rank;
   c.local_count = count;
   c.pid = ::getpid();
-  c.probe = 0x5eed5eed5eed5eedull;
+  c.probe = kProbeValue;
   c.probe_address = reinterpret_cast<uint64_t>(&c.probe);
+  c.probe_region_fd = -1;
+  c.probe_region_id = 0;
+  if (options.allow_registered) {
+    try {
+      t->probe_region_ = registered_memory::allocate(8);
+      std::memcpy(t->probe_region_, &kProbeValue, sizeof(kProbeValue));
+      const std::optional<RegionRef> ref = registered_memory::find(t->probe_region_, 8);
+      c.probe_region_fd = ref->fd;
+      c.probe_region_id = ref->id;
+      c.probe_region_base = ref->base;
+      c.probe_region_bytes = ref->bytes;
+    } catch (const Error& e) {
+      base::log_info("shm transport: no registered memory here ({}); it is read by other means", e.message());
+    }
+  }
   c.flags = options.allow_membarrier && register_membarrier() ? kControlMembarrier : 0;
   std::atomic_thread_fence(std::memory_order_release);
   c.magic = kMagic;
@@ -284,13 +305,40 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     uint64_t value = 0;
     const Peer& peer = t->peers_[q];
     cma = remote_read(peer.pid, reinterpret_cast<char*>(&value), peer.segment->control.probe_address, 8) &&
-          value == 0x5eed5eed5eed5eedull;
+          value == kProbeValue;
   }
   store.set(key_prefix + "cma/" + std::to_string(rank), cma ? "1" : "0");
   for (int q : local) {
     if (q != rank && store.get(key_prefix + "cma/" + std::to_string(q), deadline.remaining()) != "1") cma = false;
   }
   t->cma_ = cma;
+
+  // Registered memory: every rank maps each local peer's probe page and reads it; again all must succeed.
+  bool registered = options.allow_registered && t->probe_region_ != nullptr;
+  for (int q : local) {
+    if (q == rank || !registered) continue;
+    const Peer& peer = t->peers_[q];
+    const auto& pc = peer.segment->control;
+    std::string why;
+    const char* at = pc.probe_region_id == 0
+                         ? nullptr
+                         : t->regions_.translate(peer.pid,
+                                                 RegionRef{pc.probe_region_id, pc.probe_region_fd, pc.probe_region_base,
+                                                           pc.probe_region_bytes},
+                                                 pc.probe_region_base, 8, &why);
+    uint64_t value = 0;
+    if (at != nullptr) std::memcpy(&value, at, sizeof(value));
+    registered = value == kProbeValue;
+    if (!registered) {
+      base::log_info("shm transport: rank {} cannot map rank {}'s registered memory ({})", rank, q,
+                     at == nullptr ? why : "the probe reads wrong");
+    }
+  }
+  store.set(key_prefix + "reg/" + std::to_string(rank), registered ? "1" : "0");
+  for (int q : local) {
+    if (q != rank && store.get(key_prefix + "reg/" + std::to_string(q), deadline.remaining()) != "1") registered = false;
+  }
+  t->registered_ = registered;
 
   // Everyone has mapped everyone: the names can go, so nothing is left in /dev/shm even if we crash.
   std::vector<std::string> keys;
@@ -304,9 +352,11 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
-  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}, wake-up checks {}", count,
-                 ring >> 10, cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
-                 t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
+  base::log_info(
+      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}, wake-up checks {}", count, ring >> 10,
+      cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+      registered ? ", or read in place from registered memory" : "",
+      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;
 }
 
@@ -317,6 +367,7 @@ ShmTransport::~ShmTransport() {
     if (p.pidfd >= 0) ::close(p.pidfd);
   }
   if (self_) ::munmap(self_, self_bytes_);
+  if (probe_region_ != nullptr) registered_memory::release(probe_region_);
   if (!self_unlinked_ && !self_name_.empty()) ::shm_unlink(self_name_.c_str());
 }
 
@@ -479,7 +530,13 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   check_usable();
   Peer& p = peers_[peer];
   if (peer_failed(peer) || p.segment->control.closed.load(std::memory_order_acquire)) throw_peer_failure(peer);
-  const bool remote = cma_ && len >= options_.single_copy_bytes;
+  // Large payloads go by descriptor: read in place from registered memory, or else by cross-memory attach.
+  std::optional<RegionRef> region;
+  bool remote = false;
+  if (len >= options_.single_copy_bytes && (cma_ || registered_)) {
+    if (registered_) region = registered_memory::find(data, len);
+    remote = cma_ || region.has_value();
+  }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
     // ring now, without a queue entry.
@@ -498,10 +555,9 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     }
   }
   SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
-            p.posted, std::nullopt};
+            p.posted, region};
   r.remote = remote;
   if (r.remote) {
-    r.region = registered_memory::find(data, len);
     r.header.flags |= kFlagRemote;
     r.header.checksum = header_checksum(r.header);
     p.last_remote = p.posted + 1;
@@ -661,12 +717,16 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     }
     const char* mapped = nullptr;
     if (d.region_id != 0) {
-      // Registered memory: read it in place. Should the mapping fail (it should not where cross-memory
-      // attach works), fall back to that, once noting why.
+      // Registered memory: read it in place. Should the mapping fail (the probe at creation mapped this peer's
+      // memory, so it should not), fall back to cross-memory attach where it works, once noting why.
       std::string why;
       mapped = regions_.translate(static_cast<pid_t>(d.pid),
                                   RegionRef{d.region_id, d.region_fd, d.region_base, d.region_bytes}, d.address, len,
                                   &why);
+      if (mapped == nullptr && !cma_) {
+        throw Error(ErrorCode::SystemError,
+                    fmt::format("rank {}: cannot map rank {}'s registered memory: {}", rank_, peer, why), peer);
+      }
       if (mapped == nullptr && !region_warned_) {
         region_warned_ = true;
         base::log_warn("rank {}: cannot map rank {}'s registered memory ({}); reading it by cross-memory attach",

@@ -23,7 +23,11 @@ namespace chorus::transport {
 struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
-  bool allow_cma = true;                // false: always stream through the rings (CHORUS_SHM_CMA=0)
+  bool allow_cma = true;                // false: never use cross-memory attach (CHORUS_SHM_CMA=0)
+  // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
+  // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
+  // container profiles forbid while they allow this.
+  bool allow_registered = true;
   // Wake-ups with asymmetric fences when every local rank can (membarrier(2)): a sender checks whether its
   // peer sleeps with a plain load, and the rank going to sleep pays for the ordering. false: a locked
   // instruction on the peer's doorbell per frame (CHORUS_SHM_MEMBARRIER=0).
@@ -63,6 +67,8 @@ class ShmTransport final : public Transport {
 
   // Whether large payloads go by cross-memory attach (else they stream through the rings).
   bool single_copy() const { return cma_; }
+  // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
+  bool registered_reads() const { return registered_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
   // When combined with another transport (HybridTransport): called on every polling round, it keeps the
   // other transport progressing; returns true while it has work in flight (so sleeps stay short).
@@ -120,6 +126,8 @@ class ShmTransport final : public Transport {
   uint64_t comm_tag_;
   ShmOptions options_;
   bool cma_ = false;
+  bool registered_ = false;
+  void* probe_region_ = nullptr;  // a page of registered memory the peers map once at creation (the probe)
   bool asymmetric_wake_ = false;  // every local rank registered for membarrier(GLOBAL_EXPEDITED)
   WaitCounters waits_;
   int spin_ = 1000;
