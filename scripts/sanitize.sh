@@ -20,7 +20,7 @@ jobs=$(nproc)
 # authenticated handshakes. The other tests run more algorithms over the same transports and threads, are
 # single-threaded, or are multi-process; they run under ASan. Keep docs/reliability.md in step.
 TSAN_TESTS=(async_test reducer_test store_test trace_test communicator_test errors_test collectives_test
-            fault_injection_test recovery_test auth_test)
+            fault_injection_test recovery_test auth_test registered_memory_test)
 # Under ASan everything runs but two tests, which the release run covers: InstallAndExternalProject builds an
 # outside, uninstrumented project against the installed library, and such a program cannot load an
 # instrumented library (the ASan runtime must be the first library loaded); MultiHostNetns, the slowest test
