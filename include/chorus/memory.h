@@ -5,7 +5,8 @@
 // receiving rank maps the region once and then reduces or copies straight from it. Buffers from anywhere
 // else work exactly as before (one copy by cross-memory attach, or two through the rings). The same idea as
 // NCCL's ncclMemAlloc. Nothing else changes: a region is ordinary read-write memory in this process, and
-// peers only ever map it read-only.
+// peers only ever map it read-only. One difference from heap memory: a region is a shared mapping, so a
+// child created by fork() shares its pages with the parent instead of getting a copy on write.
 #pragma once
 
 #include <cstddef>
