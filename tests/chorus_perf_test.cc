@@ -400,6 +400,8 @@ TEST(ChorusPerf, JsonFileHoldsTheRows) {
   nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["collective"], "allgather");
   EXPECT_EQ(j["nranks"], kRanks);
+  EXPECT_EQ(j["options"]["rotate"], 1);
+  EXPECT_EQ(j["options"]["registered"], false);
   ASSERT_EQ(j["results"].size(), 3u);
   EXPECT_EQ(j["results"][0]["size"], 1020u);  // 255 floats: 85 per rank
   EXPECT_EQ(j["results"][0]["count"], 85u);

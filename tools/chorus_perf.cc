@@ -1318,7 +1318,8 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
                   {"in_place_first", o.in_place_first}, {"warmup_iters", o.warmup},
                   {"agg_iters", o.agg},        {"check", o.check},
                   {"average", o.average},      {"algorithm", bench.algorithm()},
-                  {"algos", bench.compared()}, {"traffic", o.traffic}};
+                  {"algos", bench.compared()}, {"traffic", o.traffic},
+                  {"rotate", o.rotate},        {"registered", o.registered != 0}};
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json row = lead_json(r);
