@@ -339,6 +339,12 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     if (q != rank && store.get(key_prefix + "reg/" + std::to_string(q), deadline.remaining()) != "1") registered = false;
   }
   t->registered_ = registered;
+  // Every peer published its answer after probing ours: the probe page is done with (peers keep a one-page
+  // mapping in their caches until they need the room), and its descriptor goes back.
+  if (t->probe_region_ != nullptr) {
+    registered_memory::release(t->probe_region_);
+    t->probe_region_ = nullptr;
+  }
 
   // Everyone has mapped everyone: the names can go, so nothing is left in /dev/shm even if we crash.
   std::vector<std::string> keys;

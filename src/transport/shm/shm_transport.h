@@ -127,7 +127,7 @@ class ShmTransport final : public Transport {
   ShmOptions options_;
   bool cma_ = false;
   bool registered_ = false;
-  void* probe_region_ = nullptr;  // a page of registered memory the peers map once at creation (the probe)
+  void* probe_region_ = nullptr;  // a page of registered memory the peers map at creation (freed once all did)
   bool asymmetric_wake_ = false;  // every local rank registered for membarrier(GLOBAL_EXPEDITED)
   WaitCounters waits_;
   int spin_ = 1000;
