@@ -65,19 +65,6 @@ const char* registry_name(Coll c) {
   return "";
 }
 
-// Sets an environment variable for the test's lifetime (communicators read it when they are created); an
-// empty value leaves it unset.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (!value.empty()) ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-
 // Counts that cover the edge cases for world size n, plus one that spans many 1 KiB slices.
 std::vector<size_t> counts_for(int n, bool large) {
   if (large) return {1, 300007};

@@ -118,18 +118,6 @@ TEST(RegionCache, DropsTheLeastRecentlyUsedMappingBeyondItsBound) {
 
 // ---- collectives with registered buffers, shared memory ----
 
-// Sets an environment variable for the test's lifetime (communicators read it when they are created).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (value != nullptr) ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-
 // How large payloads may move: by default both ways; without cross-memory attach (as under container
 // profiles that forbid process_vm_readv), registered memory is still read in place; with in-place reads
 // turned off, everything goes by cross-memory attach.
@@ -148,8 +136,8 @@ float input(int r, size_t k) { return static_cast<float>((r + 1) * 3 + static_ca
 
 TEST_P(RegisteredCollectives, LargeCollectivesReadPeersInPlaceAndAreRight) {
   const auto [n, in_place, mode] = GetParam();
-  ScopedEnv cma("CHORUS_SHM_CMA", mode == Mode::NoAttach ? "0" : nullptr);
-  ScopedEnv registered("CHORUS_SHM_REGISTERED", mode == Mode::NoRegistered ? "0" : nullptr);
+  ScopedEnv cma("CHORUS_SHM_CMA", mode == Mode::NoAttach ? "0" : "");
+  ScopedEnv registered("CHORUS_SHM_REGISTERED", mode == Mode::NoRegistered ? "0" : "");
   CommOptions o;
   o.transport = TransportKind::Shm;
   o.timeout = std::chrono::seconds(60);

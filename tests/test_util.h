@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -36,6 +37,21 @@ inline void PrintTo(const TransportParam& p, std::ostream* os) { *os << transpor
 inline std::string transport_name(const ::testing::TestParamInfo<TransportParam>& info) {
   return transport_label(info.param.transport);
 }
+
+// Sets an environment variable for the test's lifetime (communicators read it when they are created); an
+// empty value leaves it unset.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (!value.empty()) ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 // Runs `call` and expects Error with `code`; returns the error's what().
 template <class F>
