@@ -548,13 +548,14 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     // ring now, without a queue entry.
     Ring& ring = p.segment->ring(peers_[rank_].local);
     const size_t frame = sizeof(FrameHeader) + round_up(len, kAlign);
-    const uint64_t head = ring.head.load(std::memory_order_relaxed);
+    const uint64_t head = p.head;
     if (ring_room(p, head, frame) >= frame) {
       const FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
       char* ring_data = p.segment->data(peers_[rank_].local);
       put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
       if (len) put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
-      ring.head.store(head + frame, std::memory_order_release);
+      p.head = head + frame;
+      ring.head.store(p.head, std::memory_order_release);
       ring_doorbell(peer);
       ++p.written;
       return SendHandle{peer, p.posted++};
@@ -606,7 +607,7 @@ bool ShmTransport::write_some(int peer) {
   while (!p.queue.empty()) {
     SendReq& r = p.queue.front();
     const size_t body = r.remote ? kDescriptorBytes : round_up(r.len, kAlign);
-    const uint64_t head = ring.head.load(std::memory_order_relaxed);
+    const uint64_t head = p.head;
     // The room for the rest of the frame (as much as the ring holds) is enough not to look at the tail again.
     uint64_t space = ring_room(p, head, std::min<size_t>(sizeof(FrameHeader) + body - r.written, size));
     size_t wrote = 0;
@@ -642,7 +643,8 @@ bool ShmTransport::write_some(int peer) {
     }
     if (wrote == 0) break;
     r.written += wrote;
-    ring.head.store(head + wrote, std::memory_order_release);
+    p.head = head + wrote;
+    ring.head.store(p.head, std::memory_order_release);
     moved = true;
     if (r.written < sizeof(FrameHeader) + body) break;  // the ring is full: the rest goes as space frees
     p.queue.pop_front();
@@ -699,11 +701,16 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   char* data = self_->data(from);
   const size_t size = options_.ring_bytes;
   uint64_t tail = ring.tail.load(std::memory_order_relaxed);
-  auto available = [&] { return ring.head.load(std::memory_order_acquire) - tail; };
+  uint64_t& head_seen = peers_[peer].head_seen;
+  // Bytes published after `tail`; the shared head is loaded only when the last one read does not cover `need`.
+  auto available = [&](uint64_t need) {
+    if (head_seen - tail < need) head_seen = ring.head.load(std::memory_order_acquire);
+    return head_seen - tail;
+  };
   auto get = [&](uint64_t pos, char* dst, size_t n) {
     for_ring_bytes(data, size, pos, n, [&](char* src, size_t len, size_t off) { std::memcpy(dst + off, src, len); });
   };
-  wait_until([&] { return available() >= sizeof(FrameHeader); }, deadline, peer, "data", &tag);
+  wait_until([&] { return available(sizeof(FrameHeader)) >= sizeof(FrameHeader); }, deadline, peer, "data", &tag);
 
   FrameHeader h;
   get(tail, reinterpret_cast<char*>(&h), sizeof(h));
@@ -753,8 +760,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     while (done < body) {
       // Usually a small frame's body came with its header. Only the last piece skips the wait (which also
       // moves our own queued sends), so a frame streaming through the ring still overlaps with them.
-      if (available() < body - done) wait_until([&] { return available() > 0; }, deadline, peer, "data", &tag);
-      const size_t got = std::min<uint64_t>(available(), body - done);
+      if (available(body - done) < body - done) {
+        wait_until([&] { return available(1) > 0; }, deadline, peer, "data", &tag);
+      }
+      const size_t got = std::min<uint64_t>(available(body - done), body - done);
       const size_t payload = done < len ? std::min(got, len - done) : 0;
       if (payload > 0) {
         for_ring_bytes(data, size, tail, payload,
@@ -827,19 +836,18 @@ void ShmTransport::send_raw(int peer, std::span<const std::byte> bytes, const ba
   const size_t size = options_.ring_bytes;
   size_t off = 0;
   while (off < bytes.size()) {
-    const uint64_t head = ring.head.load(std::memory_order_relaxed);
+    const uint64_t head = p.head;
     const uint64_t space = size - (head - ring.tail.load(std::memory_order_acquire));
     if (space == 0) {
-      auto has_room = [&] {
-        return ring.head.load(std::memory_order_relaxed) - ring.tail.load(std::memory_order_acquire) < size;
-      };
+      auto has_room = [&] { return p.head - ring.tail.load(std::memory_order_acquire) < size; };
       wait_until(has_room, deadline, peer, "to take our data", nullptr);
       continue;
     }
     const size_t n = std::min<uint64_t>(space, bytes.size() - off);
     const char* src = reinterpret_cast<const char*>(bytes.data()) + off;
     for_ring_bytes(data, size, head, n, [&](char* dst, size_t len, size_t o) { std::memcpy(dst, src + o, len); });
-    ring.head.store(head + n, std::memory_order_release);
+    p.head = head + n;
+    ring.head.store(p.head, std::memory_order_release);
     ring_doorbell(peer);
     off += n;
   }

@@ -102,6 +102,11 @@ class ShmTransport final : public Transport {
     // their cache lines from the consumer's core each time, and make its next write fetch them back.
     uint64_t tail_seen = 0;
     uint64_t consumed_seen = 0;
+    // Our ring in the peer: the head we published (this rank is its only writer, so it never loads the shared
+    // line, which the consumer polls). The peer's ring in us: its head as last read; the consumer rereads it
+    // only when that does not cover what it needs, so a producer that runs ahead costs one miss per batch.
+    uint64_t head = 0;
+    uint64_t head_seen = 0;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
