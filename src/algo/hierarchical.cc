@@ -18,6 +18,7 @@ namespace {
 
 // The context of a stage that runs on `members` (communicator ranks), as rank `index` of them.
 OpContext group_context(const OpContext& c, const std::vector<int>& members, int index) {
+  c.deadline.at();  // start the operation's lazy deadline, so every stage shares it instead of starting its own
   OpContext g = c;
   g.members = members.data();
   g.rank = index;

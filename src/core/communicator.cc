@@ -77,7 +77,7 @@ void run_guarded(Communicator::Impl& impl, const char* op, Body&& body) {
 // The context for an operation about to run; consumes a sequence number (so it is built on the executing
 // thread, in execution order, which is issue order).
 algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo, size_t count, DataType dtype,
-                             const ReduceOp* rop, int root, base::Clock::time_point now = base::Clock::now()) {
+                             const ReduceOp* rop, int root) {
   algo::OpContext c;
   c.transport = impl.transport.get();
   c.scratch = &impl.scratch;
@@ -94,7 +94,7 @@ algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo,
   c.tag.root = root;
   c.tag.count = count;
   c.tag.seq = impl.next_seq++;
-  c.deadline = base::Deadline::after(impl.config.timeout, now);
+  c.deadline = base::Deadline::lazy_after(impl.config.timeout);
   c.dtype = dtype;
   c.esize = dtype_size(dtype);
   c.slice_bytes = std::max(c.esize, impl.config.slice_bytes - impl.config.slice_bytes % c.esize);
@@ -219,9 +219,9 @@ class CurrentOpScope {
 
 void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   const algo::Algorithm& algorithm = *call.algorithm;
-  const auto now = base::Clock::now();
+  const auto now = base::coarse_now();  // for the stall check, which is good to a few ms
   algo::OpContext c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
-                                   call.has_rop ? &call.rop : nullptr, call.root, now);
+                                   call.has_rop ? &call.rop : nullptr, call.root);
   CurrentOpScope current(impl, c.tag, now);
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, call.op_name, [&] {
@@ -264,7 +264,7 @@ MessageTag p2p_frame_tag(const P2PCall& p, uint64_t seq) {
 // the sends are flushed. The transports keep writing queued sends while a receive waits, so any set of
 // matching pairs completes, whatever the sizes and the order of the calls on either side.
 void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
-  auto deadline = base::Deadline::after(impl.config.timeout);
+  auto deadline = base::Deadline::lazy_after(impl.config.timeout);
   const char* name = n == 1 ? (calls[0].is_send ? "send" : "recv") : "group send/recv";
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, name, [&] {

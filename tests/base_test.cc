@@ -1,0 +1,69 @@
+// The base layer's clocks and deadlines.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "base/time.h"
+
+namespace chorus::base {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(CoarseClock, FollowsThePreciseClockWithinAFewTicks) {
+  // It may lag (by a tick, more after an idle spell), never lead by more than rounding, and it moves.
+  const auto first = coarse_now();
+  for (int i = 0; i < 20000; ++i) {
+    const auto before = Clock::now();
+    const auto coarse = coarse_now();
+    const auto after = Clock::now();
+    ASSERT_LE(coarse, after + std::chrono::microseconds(1)) << "iteration " << i;
+    ASSERT_LE(before - coarse, milliseconds(100)) << "iteration " << i;
+    if (i % 1000 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_GE(coarse_now() - first, milliseconds(20));
+}
+
+TEST(LazyDeadline, StartsAtItsFirstLookAndNeverExpiresEarly) {
+  const Deadline d = Deadline::lazy_after(milliseconds(40));
+  std::this_thread::sleep_for(milliseconds(60));  // not counted: nobody looked yet
+  const auto first_look = Clock::now();
+  EXPECT_FALSE(d.expired());
+  while (!d.expired()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  EXPECT_GE(Clock::now() - first_look, milliseconds(40));
+  EXPECT_EQ(d.remaining(), milliseconds(0));
+  EXPECT_EQ(d.poll_timeout_ms(250), 0);
+}
+
+TEST(LazyDeadline, EveryAccessorStartsIt) {
+  const auto t0 = Clock::now();
+  EXPECT_GE(Deadline::lazy_after(milliseconds(500)).at(), t0 + milliseconds(500));
+  const int ms = Deadline::lazy_after(milliseconds(500)).poll_timeout_ms(10000);
+  EXPECT_GT(ms, 400);
+  EXPECT_LE(ms, 500);
+  const auto left = Deadline::lazy_after(milliseconds(500)).remaining();
+  EXPECT_GT(left, milliseconds(400));
+  EXPECT_LE(left, milliseconds(500));
+  // Once started, it stays put.
+  const Deadline d = Deadline::lazy_after(milliseconds(500));
+  const auto at = d.at();
+  std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_EQ(d.at(), at);
+}
+
+TEST(Deadline, SaturatesInsteadOfOverflowing) {
+  for (const Deadline& d : {Deadline::after(milliseconds::max()), Deadline::lazy_after(milliseconds::max())}) {
+    EXPECT_FALSE(d.expired());
+    EXPECT_EQ(d.remaining(), milliseconds::max());
+    EXPECT_EQ(d.poll_timeout_ms(250), 250);
+  }
+  const Deadline past = Deadline::after(milliseconds(0));
+  EXPECT_TRUE(past.expired());
+  EXPECT_EQ(past.poll_timeout_ms(250), 0);
+  EXPECT_TRUE(Deadline::lazy_after(milliseconds(0)).expired());
+}
+
+}  // namespace
+}  // namespace chorus::base
