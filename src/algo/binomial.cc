@@ -16,20 +16,23 @@ struct Tree {
   int num_children = 0;
 };
 
+// a mod n for a in [-n, 2n): a compare instead of the two divisions of mod(), on every small call's path.
+int wrap(int a, int n) { return a < 0 ? a + n : a >= n ? a - n : a; }
+
 Tree binomial_tree(int rank, int size, int root) {
   Tree t;
-  int v = mod(rank - root, size);
+  int v = wrap(rank - root, size);
   int mask = 1;
   while (mask < size) {
     if (v & mask) {
-      t.parent = mod(v - mask + root, size);
+      t.parent = wrap(v - mask + root, size);
       break;
     }
     mask <<= 1;
   }
   // Children are v + m for m = mask/2, mask/4, ..., 1 (for the root, every power of two below size).
   for (int m = mask >> 1; m > 0; m >>= 1) {
-    if (v + m < size) t.children[t.num_children++] = mod(v + m + root, size);
+    if (v + m < size) t.children[t.num_children++] = wrap(v + m + root, size);
   }
   return t;
 }
