@@ -2,6 +2,7 @@
 // effect of a tuning file on the automatic choice.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -134,6 +135,76 @@ TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
       {"latency": 1, "bandwidth": 1, "measured": [[0, 1]]}}}]}})",
                                    "test"),
                Error);
+}
+
+// Between two measured world sizes, the tables of both are interpolated in log(time) against log(world size);
+// below the smallest or above the largest nothing is extrapolated, and an algorithm measured at only one of
+// the two keeps the formula.
+TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
+  // Figures under which the formula prefers binomial (costly messages). Measured: binomial wins at 4 ranks,
+  // the chain at 8. At 6, with w = log(6/4) / log(8/4) = 0.585, binomial takes 10 us x 4^w = 22.5 us at 1 KiB
+  // and the chain 20 us x 0.5^w = 13.3 us (the formula, with 1 ms per message, puts every algorithm in ms).
+  const std::string text = R"({"chorus_tuning": 1, "transports": {"inproc": [
+      {"world_size": 4, "alpha_us": 1000, "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1,
+       "algorithms": {
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-5], [1048576, 1e-4]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 2e-5], [1048576, 2e-4]]},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-6]]}}},
+      {"world_size": 8, "alpha_us": 1000, "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1,
+       "algorithms": {
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 4e-5], [1048576, 4e-4]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-5], [2097152, 2e-4]]}}}]}})";
+  const tune::Tuning t = tune::parse_tuning(text, "test");
+  std::vector<algo::Calibration> cal = tune::calibration_for(tune::entry_for(&t, "inproc", 6),
+                                                             algo::Collective::Broadcast);
+  for (algo::Calibration& c : cal) c.measured.clear();  // as a communicator of 6 ranks does first
+  int lo = -1, hi = -1;
+  EXPECT_EQ(tune::interpolate_measured(&t, "inproc", 6, algo::Collective::Broadcast, cal, &lo, &hi), 2);
+  EXPECT_EQ(lo, 4);
+  EXPECT_EQ(hi, 8);
+  const double w = std::log(1.5) / std::log(2.0);
+  auto find = [&](const char* name) -> const algo::Calibration& {
+    auto algos = algo::algorithms_for(algo::Collective::Broadcast);
+    for (size_t i = 0; i < algos.size(); ++i) {
+      if (std::string(algos[i].name) == name) return cal[i];
+    }
+    throw std::runtime_error(name);
+  };
+  EXPECT_NEAR(find("binomial").measured_time(1024), 1e-5 * std::pow(4.0, w), 1e-15);
+  EXPECT_NEAR(find("chain").measured_time(1024), 2e-5 * std::pow(0.5, w), 1e-15);
+  // Only the byte counts both tables cover: the chain's 2 MiB point at 8 ranks is beyond the 4-rank table.
+  EXPECT_DOUBLE_EQ(find("chain").measured.back().first, 1048576);
+  // Measured at 4 ranks only: no table at 6, the formula decides.
+  EXPECT_TRUE(find("scatter_allgather").measured.empty());
+  // Measured world sizes, and sizes outside them, get nothing.
+  for (int n : {4, 8, 3, 9}) {
+    std::vector<algo::Calibration> none(cal.size());
+    EXPECT_EQ(tune::interpolate_measured(&t, "inproc", n, algo::Collective::Broadcast, none, &lo, &hi), 0) << n;
+    EXPECT_EQ(lo, 0);
+  }
+
+  // And a communicator uses them: 6 ranks choose the chain at 256 KiB, where 4 ranks measured binomial faster
+  // and the formula alone prefers binomial too; 9 ranks (beyond the tables) follow the formula.
+  std::string path = temp_path("interpolated");
+  write_file(path, text);
+  ScopedEnv file("CHORUS_TUNING_FILE", path);
+  std::string at4, at6, at6_small, at9;
+  run_world(4, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() == 0) at4 = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
+  });
+  run_world(6, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() != 0) return;
+    at6 = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
+    at6_small = comm.automatic_algorithm("broadcast", 16, DataType::Float32);  // 64 B: not measured
+  });
+  run_world(9, CommOptions{}, [&](Communicator& comm) {
+    if (comm.rank() == 0) at9 = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
+  });
+  EXPECT_EQ(at4, "binomial");
+  EXPECT_EQ(at6, "chain");
+  EXPECT_EQ(at6_small, "binomial");
+  EXPECT_EQ(at9, "binomial");
+  std::remove(path.c_str());
 }
 
 TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {

@@ -238,16 +238,30 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   impl->link = tuned.link;
   impl->intra_link = hybrid ? tune::entry_for(impl->config.tuning.get(), "shm", static_cast<int>(local.size())).link
                             : tuned.link;
+  int interpolated_from[2] = {0, 0};
   for (int c = 0; c < algo::kNumCollectives; ++c) {
     impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
-    // Measured times describe exactly the world size and transport they were measured at.
+    // Measured times describe exactly the world size and transport they were measured at; a world size between
+    // two measured ones gets the tables of both, interpolated.
     if (hybrid || tuned.world_size != size) {
       for (algo::Calibration& cal : impl->calibration[c]) cal.measured.clear();
     }
+    if (!hybrid && tuned.world_size != size) {
+      int lo = 0, hi = 0;
+      if (tune::interpolate_measured(impl->config.tuning.get(), tuned_as, size, static_cast<algo::Collective>(c),
+                                     impl->calibration[c], &lo, &hi) > 0) {
+        interpolated_from[0] = lo;
+        interpolated_from[1] = hi;
+      }
+    }
   }
-  impl->tuning_source = fmt::format("{} ({} ranks entry)",
+  impl->tuning_source = fmt::format("{} ({} ranks entry{})",
                                     impl->config.tuning ? impl->config.tuning->source : std::string("built-in tuning"),
-                                    tuned.world_size);
+                                    tuned.world_size,
+                                    interpolated_from[0] ? fmt::format("; measured tables interpolated between {} and "
+                                                                       "{} ranks",
+                                                                       interpolated_from[0], interpolated_from[1])
+                                                         : std::string());
   impl->sent_to.assign(static_cast<size_t>(size), 0);
   impl->received_from.assign(static_cast<size_t>(size), 0);
   base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "

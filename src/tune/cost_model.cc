@@ -1,6 +1,7 @@
 #include "tune/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -133,6 +134,15 @@ std::string tuning_to_json(const Tuning& tuning) {
 }
 
 namespace {
+// The tuning entry_for draws `transport` from: the file where it has the transport, else the built-in one.
+const Tuning& source_for(const Tuning* tuning, std::string_view transport) {
+  if (tuning) {
+    auto it = tuning->transports.find(std::string(transport));
+    if (it != tuning->transports.end() && !it->second.empty()) return *tuning;
+  }
+  return builtin_tuning();
+}
+
 const LinkEntry* nearest(const Tuning& t, std::string_view transport, int world_size) {
   auto it = t.transports.find(std::string(transport));
   if (it == t.transports.end() || it->second.empty()) return nullptr;
@@ -160,6 +170,49 @@ std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Col
     out.push_back(it == entry.algorithms.end() ? algo::Calibration{} : it->second);
   }
   return out;
+}
+
+int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
+                         std::vector<algo::Calibration>& cal, int* below, int* above) {
+  *below = *above = 0;
+  const Tuning& src = source_for(tuning, transport);
+  auto it = src.transports.find(std::string(transport));
+  if (it == src.transports.end()) return 0;
+  const LinkEntry* lo = nullptr;
+  const LinkEntry* hi = nullptr;
+  for (const LinkEntry& e : it->second) {
+    if (e.world_size == world_size) return 0;  // measured itself: nothing to interpolate
+    if (e.world_size < world_size && (!lo || e.world_size > lo->world_size)) lo = &e;
+    if (e.world_size > world_size && (!hi || e.world_size < hi->world_size)) hi = &e;
+  }
+  if (!lo || !hi) return 0;  // outside the measured world sizes: no extrapolation
+  const double w = (std::log(world_size) - std::log(lo->world_size)) / (std::log(hi->world_size) - std::log(lo->world_size));
+  const std::vector<algo::Calibration> a = calibration_for(*lo, c), b = calibration_for(*hi, c);
+  int filled = 0;
+  for (size_t i = 0; i < cal.size() && i < a.size() && i < b.size(); ++i) {
+    if (a[i].measured.empty() || b[i].measured.empty()) continue;
+    // The byte counts of either table that the other covers too.
+    std::vector<double> points;
+    for (const auto* t : {&a[i], &b[i]}) {
+      for (const auto& [bytes, seconds] : t->measured) points.push_back(bytes);
+    }
+    std::sort(points.begin(), points.end());
+    points.erase(std::unique(points.begin(), points.end()), points.end());
+    std::vector<std::pair<double, double>> table;
+    for (double bytes : points) {
+      const double ta = a[i].measured_time(bytes), tb = b[i].measured_time(bytes);
+      if (ta <= 0 || tb <= 0) continue;
+      table.emplace_back(bytes, std::exp((1 - w) * std::log(ta) + w * std::log(tb)));
+    }
+    if (table.empty()) continue;
+    cal[i].measured = std::move(table);
+    ++filled;
+  }
+  if (filled > 0) {
+    *below = lo->world_size;
+    *above = hi->world_size;
+  }
+  return filled;
 }
 
 }  // namespace chorus::tune

@@ -44,4 +44,12 @@ const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int
 // Calibration for every algorithm of `c` from an entry, in algorithms_for(c) order.
 std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Collective c);
 
+// Measured tables for a world size that was not measured itself, between two that were: for every algorithm
+// of `c` measured at both the nearest smaller and the nearest larger world size of `transport` (in the tuning
+// entry_for draws from), its time at each byte count both tables cover, interpolated linearly in log(time)
+// against log(world size). Fills `cal[i].measured` (algorithms_for(c) order) where that is possible and leaves
+// the others alone. Returns how many it filled; *below and *above are the world sizes used (0 when none).
+int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
+                         std::vector<algo::Calibration>& cal, int* below, int* above);
+
 }  // namespace chorus::tune
