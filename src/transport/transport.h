@@ -87,7 +87,9 @@ class Transport {
 
   // Throws the error of a peer that already failed or left, without waiting (a cheap check an operation
   // makes before it sends anything, so a call on a communicator whose peer is gone fails at once rather than
-  // completing from data that happened to be in flight).
+  // completing from data that happened to be in flight). tcp looks at its sockets at most once per tick of
+  // the coarse clock (1-4 ms; a syscall is a third of a small call): a hang-up within that window is found by
+  // the call's next send or wait instead.
   virtual void check_peers() = 0;
 
   // After a fatal error: tells every reachable peer why (best effort, bounded in time) and stops using the

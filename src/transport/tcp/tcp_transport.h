@@ -118,6 +118,9 @@ class TcpTransport final : public Transport {
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
+  // check_peers() looks at the sockets (an epoll_wait syscall, about a third of a small one-way call) at most
+  // once per tick of the coarse clock; in between it reports what is already known.
+  base::Clock::time_point next_socket_check_{};
   std::unique_ptr<char[]> staging_;
   std::string listen_address_;
   std::function<bool()> external_progress_;
