@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "chorus/types.h"
@@ -89,6 +90,57 @@ struct FrameHeader {
   uint32_t checksum;
 };
 static_assert(sizeof(FrameHeader) == 64, "the frame header is 64 bytes on the wire");
+
+// The header checksum over its first seven words and the next four bytes: a multiply-xor hash, eight bytes
+// at a time, in two independent lanes (even and odd words) so the CPU runs them side by side, half the
+// latency of one chain, which every small frame pays twice (sender and receiver). Each step is a bijection of
+// its lane's 64-bit state, and so is the merge for either lane with the other fixed, so any change to one word
+// changes the merged state; the final fold keeps 32 bits. About twenty times cheaper than a byte-wise FNV-1a,
+// which took a quarter of a small all_reduce's CPU time (callgrind).
+inline uint32_t header_hash(const uint64_t* w, uint32_t tail) noexcept {  // w: seven words
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  auto step = [](uint64_t x, uint64_t v) {
+    x = (x ^ v) * kMul;
+    return x ^ (x >> 29);
+  };
+  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+  a = step(a, w[0]);
+  b = step(b, w[1]);
+  a = step(a, w[2]);
+  b = step(b, w[3]);
+  a = step(a, w[4]);
+  b = step(b, w[5]);
+  a = step(a, w[6]);
+  b = step(b, tail);
+  uint64_t x = (a ^ ((b << 31) | (b >> 33))) * kMul;
+  x ^= x >> 32;
+  return static_cast<uint32_t>(x);
+}
+
+// Writes a complete header (checksum included) to dst: composed in registers and stored once, eight words, so
+// a transport can build it in place where it goes (a ring slot) instead of building it and copying it.
+inline void encode_header(void* dst, FrameKind kind, const MessageTag& tag, uint64_t length, uint64_t comm_tag,
+                          int src_rank) noexcept {
+  static_assert(offsetof(FrameHeader, kind) == 4 && offsetof(FrameHeader, algo) == 8 &&
+                    offsetof(FrameHeader, root) == 12 && offsetof(FrameHeader, step) == 16 &&
+                    offsetof(FrameHeader, src_rank) == 20 && offsetof(FrameHeader, seq) == 24 &&
+                    offsetof(FrameHeader, count) == 32 && offsetof(FrameHeader, length) == 40 &&
+                    offsetof(FrameHeader, comm_tag) == 48 && offsetof(FrameHeader, reserved1) == 56,
+                "encode_header composes the little-endian words of this layout");
+  const uint64_t rop = tag.has_reduce_op ? static_cast<uint8_t>(tag.reduce_op) : 0;
+  uint64_t w[8];
+  w[0] = kFrameMagic | (uint64_t{static_cast<uint8_t>(kind)} << 32) | (uint64_t{static_cast<uint8_t>(tag.op)} << 40) |
+         (uint64_t{static_cast<uint8_t>(tag.dtype)} << 48) | (rop << 56);
+  w[1] = uint64_t{static_cast<uint8_t>(tag.algo)} | (uint64_t{tag.has_reduce_op ? 1u : 0u} << 8) |
+         (uint64_t{static_cast<uint32_t>(tag.root)} << 32);
+  w[2] = uint64_t{tag.step} | (uint64_t{static_cast<uint32_t>(src_rank)} << 32);
+  w[3] = tag.seq;
+  w[4] = tag.count;
+  w[5] = length;
+  w[6] = comm_tag;
+  w[7] = uint64_t{header_hash(w, 0)} << 32;  // reserved1 = 0, checksum
+  std::memcpy(dst, w, sizeof(w));
+}
 
 FrameHeader make_header(FrameKind kind, const MessageTag& tag, uint64_t length, uint64_t comm_tag, int src_rank);
 uint32_t header_checksum(const FrameHeader& h) noexcept;
