@@ -31,17 +31,35 @@ class Scratch {
   static constexpr size_t kRegisteredScratchBytes = size_t{64} << 10;
   // A 64-byte aligned buffer of at least `bytes`, valid until the next call of buffer().
   char* buffer(size_t bytes);
-  std::vector<uint32_t>& send_steps() { return send_steps_; }
-  std::vector<uint32_t>& recv_steps() { return recv_steps_; }
-  void reset_steps(int size) {
-    send_steps_.assign(static_cast<size_t>(size), 0);
-    recv_steps_.assign(static_cast<size_t>(size), 0);
+  // Frame numbers between this rank and each communicator rank within one operation. A counter carries the
+  // sequence number of the operation it counts for and restarts when that changes, so an operation resets
+  // only the counters it uses, when it uses them: nothing per call and nothing per rank it does not talk to.
+  // Sequence numbers only grow (one per collective), and the stages of one operation (a hierarchical
+  // algorithm's, a composite's) share its number, so their frames to one peer are numbered on from each other.
+  void ensure_ranks(int size) {
+    if (send_steps_.size() < static_cast<size_t>(size)) {
+      send_steps_.resize(static_cast<size_t>(size));
+      recv_steps_.resize(static_cast<size_t>(size));
+    }
   }
+  uint32_t next_send_step(int rank, uint64_t seq) { return send_steps_[static_cast<size_t>(rank)].next(seq); }
+  uint32_t next_recv_step(int rank, uint64_t seq) { return recv_steps_[static_cast<size_t>(rank)].next(seq); }
 
  private:
+  struct StepCounter {
+    uint64_t seq = ~uint64_t{0};
+    uint32_t n = 0;
+    uint32_t next(uint64_t op_seq) {
+      if (seq != op_seq) {
+        seq = op_seq;
+        n = 0;
+      }
+      return n++;
+    }
+  };
   std::unique_ptr<char, ScratchDeleter> buf_;
   size_t cap_ = 0;
-  std::vector<uint32_t> send_steps_, recv_steps_;
+  std::vector<StepCounter> send_steps_, recv_steps_;
 };
 
 // The link figures the cost model uses, all in seconds: alpha is the latency of one hop on the critical
@@ -95,13 +113,13 @@ struct OpContext {
 
 class Prims {
  public:
-  explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->reset_steps(std::max(ctx.world_size, ctx.size)); }
+  explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->ensure_ranks(std::max(ctx.world_size, ctx.size)); }
 
   // `peer` is a position in the context's group.
   transport::SendHandle send(int peer, const void* data, size_t bytes) {
     const int to = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->send_steps()[to]++;
+    t.step = c_.scratch->next_send_step(to, t.seq);
     auto h = c_.transport->isend(to, t, data, bytes, c_.deadline);
     count_sent(to, bytes);
     return h;
@@ -109,7 +127,7 @@ class Prims {
   void recv(int peer, void* dst, size_t bytes) {
     const int from = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->recv_steps()[from]++;
+    t.step = c_.scratch->next_recv_step(from, t.seq);
     c_.transport->recv(from, t, dst, bytes, c_.deadline);
     count_received(from, bytes);
   }
@@ -117,7 +135,7 @@ class Prims {
   void recv_reduce(int peer, void* dst, const void* local, size_t bytes, bool last = false) {
     const int from = global(peer);
     transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->recv_steps()[from]++;
+    t.step = c_.scratch->next_recv_step(from, t.seq);
     c_.transport->recv_reduce(from, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
     count_received(from, bytes);
   }

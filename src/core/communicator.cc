@@ -139,13 +139,26 @@ algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
   return shape_of(impl, call.coll, call.count, call.dtype, call.root);
 }
 
+// The choice cache's key: collective, forced algorithm + 1 (0: none), bytes.
+uint64_t key_of(algo::Collective coll, int forced, uint64_t bytes) {
+  return (static_cast<uint64_t>(coll) << 56) | (static_cast<uint64_t>(forced) << 48) |
+         (bytes & ((uint64_t{1} << 48) - 1));
+}
+
 // Chooses the algorithm for a call: `requested` (from CallOptions), else CHORUS_ALGO, else the cost model. An
 // unknown or inapplicable name is an InvalidArgument, raised before anything is queued or sent. Runs on the
 // API thread (it owns the choice cache).
 void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
-  const algo::CallShape shape = shape_of(impl, call);
   std::string_view name =
       !requested.empty() ? requested : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  // The common case, a loop of same-shaped calls with nothing forced, is settled by the previous choice.
+  if (name.empty() && (key_of(call.coll, 0, bytes)) == impl.last_choice.key) {
+    call.algorithm = impl.last_choice.algorithm;
+    call.estimate = impl.last_choice.estimate;
+    return;
+  }
+  const algo::CallShape shape = shape_of(impl, call);
   auto algos = algo::algorithms_for(call.coll);
   const auto& calibration = impl.calibration[static_cast<int>(call.coll)];
   const algo::Algorithm* chosen = nullptr;
@@ -162,9 +175,7 @@ void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requeste
     }
   }
   call.forced = chosen != nullptr;
-  const uint64_t key = (static_cast<uint64_t>(call.coll) << 56) |
-                       (static_cast<uint64_t>(chosen ? chosen - algos.data() + 1 : 0) << 48) |
-                       (static_cast<uint64_t>(shape.bytes()) & ((uint64_t{1} << 48) - 1));
+  const uint64_t key = key_of(call.coll, chosen ? static_cast<int>(chosen - algos.data()) + 1 : 0, bytes);
   if (key == impl.last_choice.key) {
     call.algorithm = impl.last_choice.algorithm;
     call.estimate = impl.last_choice.estimate;
@@ -202,14 +213,10 @@ class CurrentOpScope {
  public:
   CurrentOpScope(Communicator::Impl& impl, const transport::MessageTag& tag, base::Clock::time_point now)
       : impl_(impl) {
-    auto& cur = impl.current;
-    cur.active = true;
-    cur.tag = tag;
-    cur.start = now;
-    cur.last_check = cur.start;
-    cur.published = false;
+    impl.current.tag = &tag;
+    impl.current.start = now;
   }
-  ~CurrentOpScope() { impl_.current.active = false; }
+  ~CurrentOpScope() { impl_.current.tag = nullptr; }
 
  private:
   Communicator::Impl& impl_;
@@ -234,7 +241,9 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   });
   Communicator::Impl::LastOp& last = impl.last_op;
   last.algorithm = &algorithm;
-  last.shape = shape_of(impl, call);
+  last.coll = call.coll;
+  last.dtype = call.dtype;
+  last.root = call.root;
   last.forced = call.forced;
   last.count = call.count;
   last.sent = c.bytes_sent;
@@ -448,17 +457,26 @@ enum class Mode { Sync, Async };
 
 // Hands a checked operation on: into the open group, onto the progress thread, or (synchronous) run here
 // once everything queued before it has run.
-Work dispatch(Communicator::Impl& impl, Op op, Mode mode) {
+// A synchronous call outside a group runs on its own arguments (Call is CollCall or P2PCall); only a queued
+// or recorded one becomes an Op.
+template <class Call>
+Work dispatch(Communicator::Impl& impl, Call&& call, Mode mode) {
+  if (mode == Mode::Sync && impl.group_depth == 0) {
+    if (impl.engine && !impl.engine->idle()) impl.engine->drain();
+    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    if constexpr (std::is_same_v<std::decay_t<Call>, CollCall>) {
+      throw_if_failed(impl, call.op_name);  // something queued before this call may have failed
+      execute_collective(impl, call);
+    } else {
+      throw_if_failed(impl, call.is_send ? "send" : "recv");
+      execute_p2p(impl, &call, 1);
+    }
+    return Work();
+  }
+  Op op(std::forward<Call>(call));
   if (impl.group_depth > 0) {
     impl.group_ops.push_back(std::move(op));
     return mode == Mode::Async ? Work(impl.group_state) : Work();
-  }
-  if (mode == Mode::Sync) {
-    if (impl.engine && !impl.engine->idle()) impl.engine->drain();
-    std::lock_guard<std::mutex> lock(impl.exec_mu);
-    throw_if_failed(impl, op_name(op));  // something queued before this call may have failed
-    execute_op(impl, op);
-    return Work();
   }
   auto state = std::make_shared<detail::WorkState>();
   submit_task(impl, op_name(op), state, [op = std::move(op)](Communicator::Impl& im) { execute_op(im, op); });
@@ -712,18 +730,20 @@ Error Communicator::Impl::explain(const Error& e) noexcept {
 // ---------------------------------------------------------------- stalls
 
 void Communicator::Impl::on_stall() {
-  if (!current.active || config.mismatch_check.count() == 0 || size == 1) return;
+  if (!current.tag || config.mismatch_check.count() == 0 || size == 1) return;
+  const transport::MessageTag& tag = *current.tag;
   auto now = std::chrono::steady_clock::now();
   if (now - current.start < config.mismatch_check) return;
-  if (current.published && now - current.last_check < std::chrono::milliseconds(500)) return;
+  const bool published = current.published_seq == tag.seq;
+  if (published && now - current.last_check < std::chrono::milliseconds(500)) return;
   current.last_check = now;
   // Ranks stuck at the same sequence number publish what they are doing; two different operations there are
   // certainly a mismatch (a slow rank that has not reached the call yet publishes nothing and is no conclusion).
-  const std::string mine = transport::describe_operation(current.tag);
-  const std::string base = fmt::format("{}op/{}/", key_prefix, current.tag.seq);
-  if (!current.published) {
+  const std::string mine = transport::describe_operation(tag);
+  const std::string base = fmt::format("{}op/{}/", key_prefix, tag.seq);
+  if (!published) {
     store->set(base + std::to_string(rank), mine);
-    current.published = true;
+    current.published_seq = tag.seq;
   }
   for (int q = 0; q < size; ++q) {
     if (q == rank) continue;
@@ -734,7 +754,7 @@ void Communicator::Impl::on_stall() {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("collective mismatch: call #{} is {} on rank {} but {} on rank {}; every rank must call "
                               "the same collectives in the same order with the same arguments",
-                              current.tag.seq, mine, rank, theirs, q),
+                              tag.seq, mine, rank, theirs, q),
                   q);
     }
   }
@@ -1005,8 +1025,8 @@ OperationInfo Communicator::last_operation() const {
   info.bytes_received = last.received;
   info.estimated_seconds = last.estimate;
   if (last.algorithm) {
-    algo::Traffic predicted = last.algorithm->traffic(last.shape);
-    info.collective = algo::collective_name(last.shape.coll);
+    algo::Traffic predicted = last.algorithm->traffic(shape_of(*impl_, last.coll, last.count, last.dtype, last.root));
+    info.collective = algo::collective_name(last.coll);
     info.algorithm = last.algorithm->name;
     info.predicted_sent = predicted.sent;
     info.predicted_received = predicted.received;

@@ -70,7 +70,10 @@ struct Communicator::Impl {
   // last_operation() builds the OperationInfo from it.
   struct LastOp {
     const algo::Algorithm* algorithm = nullptr;  // null: point-to-point, or nothing has run yet
-    algo::CallShape shape;
+    // The call's shape, rebuilt on demand (storing a whole CallShape on every call costs the small-message path).
+    algo::Collective coll = algo::Collective::AllReduce;
+    DataType dtype = DataType::UInt8;
+    int root = -1;
     const char* p2p_name = "";  // "send", "recv" or "sendrecv"
     bool forced = false;
     size_t count = 0;
@@ -90,11 +93,12 @@ struct Communicator::Impl {
 
   // The collective in progress, for the stall check (set per operation; formatted only when stalled).
   struct CurrentOp {
-    bool active = false;
-    transport::MessageTag tag;
+    const transport::MessageTag* tag = nullptr;  // in the running operation's context; null: none runs
     std::chrono::steady_clock::time_point start;
+    // Set by the stall check: the operation (by sequence number) whose fingerprint it published, and when it
+    // last compared. Not reset per call, so a call that never stalls stores nothing here.
+    uint64_t published_seq = ~uint64_t{0};
     std::chrono::steady_clock::time_point last_check;
-    bool published = false;
   } current;
   // Called by the transport when a wait has stalled: ranks stuck at the same sequence number compare their
   // operations through the store, and different ones are a Mismatch.
