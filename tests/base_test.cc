@@ -1,9 +1,12 @@
-// The base layer's clocks and deadlines.
+// The base layer's clocks, deadlines and CPU accounting.
 #include <gtest/gtest.h>
+
+#include <sched.h>
 
 #include <chrono>
 #include <thread>
 
+#include "base/cpu.h"
 #include "base/time.h"
 
 namespace chorus::base {
@@ -63,6 +66,30 @@ TEST(Deadline, SaturatesInsteadOfOverflowing) {
   EXPECT_TRUE(past.expired());
   EXPECT_EQ(past.poll_timeout_ms(250), 0);
   EXPECT_TRUE(Deadline::lazy_after(milliseconds(0)).expired());
+}
+
+TEST(Cores, UnionOfAffinityMasksCappedByTheSmallestQuota) {
+  // Four ranks pinned to CPUs 0, 1, 2 and 3: four cores between them.
+  EXPECT_EQ(cores_of({"1,0.000", "2,0.000", "4,0.000", "8,0.000"}), 4);
+  // Four ranks sharing CPUs 0 and 1: two.
+  EXPECT_EQ(cores_of({"3,0.000", "3,0.000", "3,0.000", "3,0.000"}), 2);
+  // CPUs 0-7 and 12 (mask digits lowest CPUs first).
+  EXPECT_EQ(cores_of({"ff01,0.000"}), 9);
+  // A quota of 1.5 CPUs lets two run; the smallest quota of a host's ranks counts.
+  EXPECT_EQ(cores_of({"ff,1.500"}), 2);
+  EXPECT_EQ(cores_of({"ff,4.000", "ff,0.000", "ff,3.000"}), 3);
+  // Unreadable masks fall back to the machine's count, and the answer is never 0.
+  const int machine = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  EXPECT_EQ(cores_of({",0.000"}), machine);
+  EXPECT_EQ(cores_of({"zz,0.000"}), machine);
+  EXPECT_EQ(cores_of({"0,0.000"}), machine);
+  // This process: its signature round-trips to what the kernel says it may use.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_LE(usable_cores(), CPU_COUNT(&set));
+  EXPECT_EQ(usable_cores(), cores_of({cpu_signature()}));
+  EXPECT_EQ(cpu_signature().find_first_of("/|"), std::string::npos);
 }
 
 }  // namespace

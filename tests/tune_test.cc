@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cpu.h"
 #include "subprocess.h"
 #include "test_util.h"
 #include "tune/cost_model.h"
@@ -204,6 +205,68 @@ TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
   EXPECT_EQ(at6, "chain");
   EXPECT_EQ(at6_small, "binomial");
   EXPECT_EQ(at9, "binomial");
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, MeasuredTablesApplyOnlyInTheCoreRegimeTheyWereMeasuredIn) {
+  // Regimes: at most one rank per core, or more; unknown (0) matches either.
+  EXPECT_TRUE(tune::same_core_regime(0.5, 1.0));
+  EXPECT_TRUE(tune::same_core_regime(2.0, 4.0));
+  EXPECT_FALSE(tune::same_core_regime(1.0, 1.5));
+  EXPECT_FALSE(tune::same_core_regime(2.0, 0.25));
+  EXPECT_TRUE(tune::same_core_regime(0, 3.0));
+  EXPECT_TRUE(tune::same_core_regime(3.0, 0));
+
+  // A table that makes the chain win at 64 KiB, where the formula (1 ms per message) prefers binomial, measured
+  // either in this host's regime or in the other one. An in-process world of 4 has 4 ranks on this host.
+  const double here = 4.0 / base::usable_cores();
+  auto text = [](int world, double rpc) {
+    return fmt::format(R"({{"chorus_tuning": 1, "transports": {{"inproc": [
+      {{"world_size": {}, "ranks_per_core": {}, "alpha_us": 1000, "overhead_us": 0.1, "beta_ns_per_byte": 0.001,
+       "gamma_ns_per_byte": 0.1, "algorithms": {{
+        "broadcast/binomial": {{"latency": 1, "bandwidth": 1, "measured": [[1024, 4e-5], [1048576, 4e-4]]}},
+        "broadcast/chain": {{"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-5], [1048576, 1e-4]]}}}}}}]}}}})",
+                       world, rpc);
+  };
+  const double other = here > 1 ? 0.5 : 2.0;
+  // The field survives a write and a read.
+  const tune::Tuning parsed = tune::parse_tuning(text(4, other), "test");
+  EXPECT_DOUBLE_EQ(parsed.transports.at("inproc").front().ranks_per_core, other);
+  const tune::Tuning again = tune::parse_tuning(tune::tuning_to_json(parsed), "again");
+  EXPECT_DOUBLE_EQ(again.transports.at("inproc").front().ranks_per_core, other);
+
+  std::string path = temp_path("regime");
+  auto choice = [&](const std::string& file) {
+    write_file(path, file);
+    ScopedEnv env("CHORUS_TUNING_FILE", path);
+    std::string chosen;
+    run_world(4, CommOptions{}, [&](Communicator& comm) {
+      EXPECT_EQ(comm.local_size(), 4);
+      EXPECT_DOUBLE_EQ(comm.ranks_per_core(), here);
+      if (comm.rank() == 0) chosen = comm.automatic_algorithm("broadcast", 1 << 14, DataType::Float32);
+    });
+    return chosen;
+  };
+  EXPECT_EQ(choice(text(4, here)), "chain");      // measured in this host's regime: the table decides
+  EXPECT_EQ(choice(text(4, other)), "binomial");  // the other regime: the formula decides
+  EXPECT_EQ(choice(text(4, 0)), "chain");         // not recorded (older files): the table decides
+
+  // Interpolation needs both neighbours in this host's regime.
+  const tune::Tuning two = tune::parse_tuning(
+      R"({"chorus_tuning": 1, "transports": {"inproc": [
+        {"world_size": 4, "ranks_per_core": 2, "alpha_us": 1, "overhead_us": 0.1, "beta_ns_per_byte": 0.001,
+         "gamma_ns_per_byte": 0.1, "algorithms": {"broadcast/chain": {"latency": 1, "bandwidth": 1,
+         "measured": [[1024, 1e-5]]}}},
+        {"world_size": 8, "ranks_per_core": 4, "alpha_us": 1, "overhead_us": 0.1, "beta_ns_per_byte": 0.001,
+         "gamma_ns_per_byte": 0.1, "algorithms": {"broadcast/chain": {"latency": 1, "bandwidth": 1,
+         "measured": [[1024, 2e-5]]}}}]}})",
+      "two");
+  std::vector<algo::Calibration> cal(algo::algorithms_for(algo::Collective::Broadcast).size());
+  int lo = 0, hi = 0;
+  EXPECT_EQ(tune::interpolate_measured(&two, "inproc", 6, algo::Collective::Broadcast, cal, &lo, &hi, 3.0), 1);
+  EXPECT_EQ(tune::interpolate_measured(&two, "inproc", 6, algo::Collective::Broadcast, cal, &lo, &hi, 0.375), 0);
+  EXPECT_EQ(lo, 0);
+  EXPECT_EQ(tune::interpolate_measured(&two, "inproc", 6, algo::Collective::Broadcast, cal, &lo, &hi), 1);
   std::remove(path.c_str());
 }
 

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     chorus::LinkFigures f = chorus::calibrate_link(*comm, opts);
     const bool lead = comm->rank() == 0;
     if (lead) {
-      std::printf("# chorus-tune: %s, %d ranks\n", f.transport.c_str(), f.world_size);
+      std::printf("# chorus-tune: %s, %d ranks, %.2f ranks per core\n", f.transport.c_str(), f.world_size,
+                  f.ranks_per_core);
       std::printf("alpha_us %.3f\noverhead_us %.3f\nbeta_ns_per_byte %.4f\ngamma_ns_per_byte %.4f\n", f.alpha_us,
                   f.overhead_us, f.beta_ns_per_byte, f.gamma_ns_per_byte);
       for (const auto& a : f.algorithms) {

@@ -291,6 +291,12 @@ class CHORUS_API Communicator {
   const CommOptions& options() const noexcept;
   // "inproc", "tcp", "shm", or "shm+tcp" (shared memory inside a host, tcp across hosts).
   std::string_view transport_name() const noexcept;
+  // How many ranks of this communicator run on this rank's host, this one included.
+  int local_size() const noexcept;
+  // Ranks per CPU on the communicator's most crowded host: its ranks over the CPUs they may run on together
+  // (the union of their affinity masks, capped by a cgroup CPU quota). Above 1 the ranks take turns on the
+  // cores. The same on every rank.
+  double ranks_per_core() const noexcept;
   // True once an error other than InvalidArgument has broken this communicator.
   bool failed() const noexcept;
 

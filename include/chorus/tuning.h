@@ -32,6 +32,8 @@ struct LinkFigures {
   int world_size = 0;            // how many ranks were running when it was measured
   std::string transport;         // "tcp", "inproc"
   std::vector<AlgorithmFit> algorithms;  // empty unless CalibrationOptions::algorithms
+  // Ranks on the measuring host per core it could use (more than 1: the ranks took turns on the cores).
+  double ranks_per_core = 0;
 };
 
 struct CalibrationOptions {

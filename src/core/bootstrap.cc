@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cpu.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/net.h"
@@ -141,11 +142,19 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   std::vector<int> local{rank};  // ranks on this host, ascending
   std::vector<std::string> hosts(static_cast<size_t>(size));
   hosts[rank] = me.host;
+  // Each rank's share of its host's CPUs travels with its identity: "process|cpu signature".
+  std::vector<std::string> cpus(static_cast<size_t>(size));
+  double host_ranks_per_core = 1;  // on this rank's host
+  cpus[rank] = base::cpu_signature();
   if (size > 1) {
-    st.set(k + "proc/" + std::to_string(rank), me.process);
+    st.set(k + "proc/" + std::to_string(rank), me.process + "|" + cpus[rank]);
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
       std::string other = st.get(k + "proc/" + std::to_string(r), deadline.remaining());
+      if (const size_t bar = other.find('|'); bar != std::string::npos) {
+        cpus[r] = other.substr(bar + 1);
+        other.resize(bar);
+      }
       same_process = same_process && other == me.process;
       if (other.rfind(me.host + "/", 0) == 0) local.push_back(r);
       hosts[r] = other.substr(0, other.rfind('/'));
@@ -166,8 +175,18 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     for (int h = 0; h < topo.hosts && topo.ranks_per_host; ++h) {
       if (static_cast<int>(topo.ranks_on(h).size()) != topo.ranks_per_host) topo.ranks_per_host = 0;
     }
+    // Per host: its ranks over the CPUs they can use together. The most crowded host's figure is the job's;
+    // every rank computes it from the same exchanged figures, so every rank makes the same choices from it.
+    for (int h = 0; h < topo.hosts; ++h) {
+      std::vector<std::string> sigs;
+      for (int r : topo.ranks_on(h)) sigs.push_back(cpus[r]);
+      const double rpc = static_cast<double>(sigs.size()) / base::cores_of(sigs);
+      impl->ranks_per_core = std::max(impl->ranks_per_core, rpc);
+      if (h == topo.host_of[rank]) host_ranks_per_core = rpc;
+    }
   }
   const bool all_local = static_cast<int>(local.size()) == size;
+  impl->local_size = static_cast<int>(local.size());
 
   TransportKind kind = impl->config.transport;
   if (kind == TransportKind::Auto) {
@@ -186,10 +205,13 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;
   shm.spin = impl->config.shm_spin;
+  // Waits yield the core between polls where this host's ranks take turns on its CPUs.
+  shm.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   transport::TcpOptions topts;
   topts.ifname = impl->config.socket_ifname;
   topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
   topts.auth_token = impl->config.auth_token;
+  topts.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   if (kind == TransportKind::InProc) {
     impl->transport = transport::InProcTransport::connect(st, k + "inproc", rank, size, impl->comm_tag, deadline);
     // Rank 0 must not go away before every rank has attached to its fabric.
@@ -239,29 +261,42 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   impl->intra_link = hybrid ? tune::entry_for(impl->config.tuning.get(), "shm", static_cast<int>(local.size())).link
                             : tuned.link;
   int interpolated_from[2] = {0, 0};
+  // Measured tables also describe whether the ranks had a core each or took turns on the cores; they apply
+  // only to a host on the same side (tune::same_core_regime).
+  const double ranks_per_core = impl->ranks_per_core;
+  const bool regime_matches = tune::same_core_regime(tuned.ranks_per_core, ranks_per_core);
+  bool tables_dropped = false;
   for (int c = 0; c < algo::kNumCollectives; ++c) {
     impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
     // Measured times describe exactly the world size and transport they were measured at; a world size between
     // two measured ones gets the tables of both, interpolated.
-    if (hybrid || tuned.world_size != size) {
-      for (algo::Calibration& cal : impl->calibration[c]) cal.measured.clear();
+    if (hybrid || tuned.world_size != size || !regime_matches) {
+      for (algo::Calibration& cal : impl->calibration[c]) {
+        tables_dropped = tables_dropped || (!cal.measured.empty() && tuned.world_size == size && !hybrid);
+        cal.measured.clear();
+      }
     }
     if (!hybrid && tuned.world_size != size) {
       int lo = 0, hi = 0;
       if (tune::interpolate_measured(impl->config.tuning.get(), tuned_as, size, static_cast<algo::Collective>(c),
-                                     impl->calibration[c], &lo, &hi) > 0) {
+                                     impl->calibration[c], &lo, &hi, ranks_per_core) > 0) {
         interpolated_from[0] = lo;
         interpolated_from[1] = hi;
       }
     }
   }
+  std::string tables_note;
+  if (interpolated_from[0]) {
+    tables_note = fmt::format("; measured tables interpolated between {} and {} ranks", interpolated_from[0],
+                              interpolated_from[1]);
+  } else if (tables_dropped) {
+    tables_note = fmt::format("; its measured tables not used: measured at {:.2f} ranks per core, this job runs "
+                              "{:.2f} on its most crowded host",
+                              tuned.ranks_per_core, ranks_per_core);
+  }
   impl->tuning_source = fmt::format("{} ({} ranks entry{})",
                                     impl->config.tuning ? impl->config.tuning->source : std::string("built-in tuning"),
-                                    tuned.world_size,
-                                    interpolated_from[0] ? fmt::format("; measured tables interpolated between {} and "
-                                                                       "{} ranks",
-                                                                       interpolated_from[0], interpolated_from[1])
-                                                         : std::string());
+                                    tuned.world_size, tables_note);
   impl->sent_to.assign(static_cast<size_t>(size), 0);
   impl->received_from.assign(static_cast<size_t>(size), 0);
   base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "

@@ -259,6 +259,7 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
   out.beta_ns_per_byte = std::max(0.001, (f[2] - f[0]) / static_cast<double>(options.large_bytes) * 1e9);
   out.gamma_ns_per_byte = f[3] * 1e9;
   out.world_size = comm.size();
+  out.ranks_per_core = comm.ranks_per_core();
   out.transport = std::string(comm.transport_name());
   if (options.algorithms) {
     algo::LinkModel link{out.alpha_us * 1e-6, out.overhead_us * 1e-6, out.beta_ns_per_byte * 1e-9,
@@ -276,6 +277,7 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
   std::erase_if(entries, [&](const tune::LinkEntry& e) { return e.world_size == figures.world_size; });
   tune::LinkEntry e;
   e.world_size = figures.world_size;
+  e.ranks_per_core = figures.ranks_per_core;
   e.link.alpha = figures.alpha_us * 1e-6;
   e.link.overhead = figures.overhead_us * 1e-6;
   e.link.beta = figures.beta_ns_per_byte * 1e-9;

@@ -774,6 +774,8 @@ int Communicator::rank() const noexcept { return impl_->rank; }
 int Communicator::size() const noexcept { return impl_->size; }
 const CommOptions& Communicator::options() const noexcept { return impl_->options; }
 std::string_view Communicator::transport_name() const noexcept { return impl_->transport->name(); }
+int Communicator::local_size() const noexcept { return impl_->local_size; }
+double Communicator::ranks_per_core() const noexcept { return impl_->ranks_per_core; }
 bool Communicator::failed() const noexcept { return impl_->failed.load(std::memory_order_acquire); }
 
 void Communicator::check_sizes(size_t small, size_t big, size_t factor, const char* what) {

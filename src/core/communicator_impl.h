@@ -40,6 +40,9 @@ struct Communicator::Impl {
   algo::LinkModel intra_link;  // inside a host
   std::array<std::vector<algo::Calibration>, algo::kNumCollectives> calibration;
   algo::Topology topology;
+  int local_size = 1;  // ranks on this host, this one included
+  // The most ranks per usable CPU on any host of the communicator (base::cores_of), the same on every rank.
+  double ranks_per_core = 0;
   std::string tuning_source;
   bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 

@@ -3243,6 +3243,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.15229912201563528,
     "gamma_ns_per_byte": 0.047245025634765625,
     "overhead_us": 0.7363366666666662,
+    "ranks_per_core": 1.0,
     "world_size": 2
    },
    {
@@ -6436,6 +6437,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.15638590653737386,
     "gamma_ns_per_byte": 0.04310798645019533,
     "overhead_us": 0.6781733333333333,
+    "ranks_per_core": 1.5,
     "world_size": 3
    },
    {
@@ -9629,6 +9631,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.14923704465230303,
     "gamma_ns_per_byte": 0.03902721405029297,
     "overhead_us": 0.6753499999999999,
+    "ranks_per_core": 2.0,
     "world_size": 4
    },
    {
@@ -12782,6 +12785,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.16009420553843182,
     "gamma_ns_per_byte": 0.04102325439453125,
     "overhead_us": 1.0148166666666665,
+    "ranks_per_core": 4.0,
     "world_size": 8
    }
   ],
@@ -16017,6 +16021,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.21546670595804865,
     "gamma_ns_per_byte": 0.045569419860839844,
     "overhead_us": 3.19853,
+    "ranks_per_core": 1.0,
     "world_size": 2
    },
    {
@@ -19210,6 +19215,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.24059112071990968,
     "gamma_ns_per_byte": 0.03890419006347656,
     "overhead_us": 3.0397766666666666,
+    "ranks_per_core": 1.5,
     "world_size": 3
    },
    {
@@ -22403,6 +22409,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.22765121857325252,
     "gamma_ns_per_byte": 0.03772640228271487,
     "overhead_us": 1.8056733333333335,
+    "ranks_per_core": 2.0,
     "world_size": 4
    },
    {
@@ -25556,6 +25563,7 @@ const char* kBuiltin = R"json(
     "beta_ns_per_byte": 0.2083341399828593,
     "gamma_ns_per_byte": 0.05784416198730472,
     "overhead_us": 3.117223333333331,
+    "ranks_per_core": 4.0,
     "world_size": 8
    }
   ]

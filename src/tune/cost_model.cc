@@ -52,6 +52,7 @@ Tuning parse_tuning(const std::string& text, const std::string& source) {
         bad(source, fmt::format("transports.{}: each entry needs an integer world_size >= 1", name));
       }
       le.world_size = e["world_size"].get<int>();
+      if (e.contains("ranks_per_core")) le.ranks_per_core = number(e, "ranks_per_core", source, 0, 1e6);
       le.link.alpha = number(e, "alpha_us", source, 0, 1e6) * 1e-6;
       le.link.overhead = number(e, "overhead_us", source, 0, 1e6) * 1e-6;
       le.link.beta = number(e, "beta_ns_per_byte", source, 0, 1e6) * 1e-9;
@@ -120,12 +121,14 @@ std::string tuning_to_json(const Tuning& tuning) {
           algos[key]["measured"] = meas;
         }
       }
-      arr.push_back({{"world_size", e.world_size},
-                     {"alpha_us", e.link.alpha * 1e6},
-                     {"overhead_us", e.link.overhead * 1e6},
-                     {"beta_ns_per_byte", e.link.beta * 1e9},
-                     {"gamma_ns_per_byte", e.link.gamma * 1e9},
-                     {"algorithms", algos}});
+      json entry = {{"world_size", e.world_size},
+                    {"alpha_us", e.link.alpha * 1e6},
+                    {"overhead_us", e.link.overhead * 1e6},
+                    {"beta_ns_per_byte", e.link.beta * 1e9},
+                    {"gamma_ns_per_byte", e.link.gamma * 1e9},
+                    {"algorithms", algos}};
+      if (e.ranks_per_core > 0) entry["ranks_per_core"] = e.ranks_per_core;
+      arr.push_back(entry);
     }
     ts[name] = arr;
   }
@@ -172,8 +175,13 @@ std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Col
   return out;
 }
 
+bool same_core_regime(double measured, double here) {
+  if (measured <= 0 || here <= 0) return true;
+  return (measured > 1) == (here > 1);
+}
+
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
-                         std::vector<algo::Calibration>& cal, int* below, int* above) {
+                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core) {
   *below = *above = 0;
   const Tuning& src = source_for(tuning, transport);
   auto it = src.transports.find(std::string(transport));
@@ -186,6 +194,9 @@ int interpolate_measured(const Tuning* tuning, std::string_view transport, int w
     if (e.world_size > world_size && (!hi || e.world_size < hi->world_size)) hi = &e;
   }
   if (!lo || !hi) return 0;  // outside the measured world sizes: no extrapolation
+  if (!same_core_regime(lo->ranks_per_core, ranks_per_core) || !same_core_regime(hi->ranks_per_core, ranks_per_core)) {
+    return 0;  // measured with the ranks taking turns on the cores (or not), unlike this host
+  }
   const double w = (std::log(world_size) - std::log(lo->world_size)) / (std::log(hi->world_size) - std::log(lo->world_size));
   const std::vector<algo::Calibration> a = calibration_for(*lo, c), b = calibration_for(*hi, c);
   int filled = 0;

@@ -19,6 +19,10 @@ struct LinkEntry {
   algo::LinkModel link;
   // Keyed "collective/algorithm", e.g. "allreduce/ring". Missing algorithms use {1, 1}.
   std::map<std::string, algo::Calibration> algorithms;
+  // Ranks per usable core on the measuring host (its local ranks / base::usable_cores()); 0: not recorded.
+  // Above 1 the ranks took turns on the cores, which changes which algorithm wins: measured tables apply only
+  // where a host runs on the same side of 1 (same_core_regime).
+  double ranks_per_core = 0;
 };
 
 // The contents of a tuning file: per transport name ("tcp", "inproc"), entries for the world sizes that
@@ -41,6 +45,10 @@ std::string tuning_to_json(const Tuning& tuning);
 // generic default (never null).
 const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size);
 
+// Whether figures measured at `measured` ranks per core describe a host running `here`: both at most one rank
+// per core, or both more. Either unknown (0) matches.
+bool same_core_regime(double measured, double here);
+
 // Calibration for every algorithm of `c` from an entry, in algorithms_for(c) order.
 std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Collective c);
 
@@ -49,7 +57,8 @@ std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Col
 // entry_for draws from), its time at each byte count both tables cover, interpolated linearly in log(time)
 // against log(world size). Fills `cal[i].measured` (algorithms_for(c) order) where that is possible and leaves
 // the others alone. Returns how many it filled; *below and *above are the world sizes used (0 when none).
+// Nothing is filled unless both neighbours are in the core regime of `ranks_per_core` (0: any).
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
-                         std::vector<algo::Calibration>& cal, int* below, int* above);
+                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core = 0);
 
 }  // namespace chorus::tune

@@ -353,7 +353,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   ::shm_unlink(t->self_name_.c_str());
   t->self_unlinked_ = true;
 
-  t->yield_ = more_ranks_than_cores(static_cast<int>(count));
+  t->yield_ = options.oversubscribed >= 0 ? options.oversubscribed > 0 : more_ranks_than_cores(static_cast<int>(count));
   // Oversubscribed, each poll yields the core (to the rank we wait for, most likely); 200 yields before
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.

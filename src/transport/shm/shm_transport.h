@@ -33,6 +33,9 @@ struct ShmOptions {
   // instruction on the peer's doorbell per frame (CHORUS_SHM_MEMBARRIER=0).
   bool allow_membarrier = true;
   int spin = -1;                        // polls before sleeping; -1: chosen from the core count
+  // Whether the local ranks outnumber the CPUs they may run on (then a wait yields the core between polls);
+  // -1: the local ranks against this machine's hardware threads.
+  int oversubscribed = -1;
 };
 
 struct ShmSegment;

@@ -78,6 +78,10 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
                                                     const std::optional<base::SockAddr>& store_address,
                                                     bool all_local, base::Deadline deadline) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
+  if (options.oversubscribed >= 0) {
+    t->yield_ = options.oversubscribed > 0;
+    t->spin_ = t->yield_ ? 8 : 64;
+  }
   base::SockAddr addr = choose_listen_address(options, store_address, all_local);
   addr.set_port(0);
   base::Fd listener = base::listen_tcp(addr, std::max(128, size + 16));

@@ -25,6 +25,9 @@ struct TcpOptions {
   // The job's secret (CHORUS_AUTH_TOKEN): every connection between ranks starts with the handshake of
   // base/auth.h, before the hello is trusted. Empty: connections are not authenticated.
   std::string auth_token;
+  // Whether this host has more of the job's ranks than CPUs for them (then a wait yields the core between
+  // polls); -1: the job's whole size against this machine's hardware threads.
+  int oversubscribed = -1;
 };
 
 class TcpTransport final : public Transport {
