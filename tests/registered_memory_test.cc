@@ -96,6 +96,24 @@ TEST(RegionCache, RefusesSpansOutsideTheRegionAndRegionsItCannotVerify) {
   closed.fd = 1 << 20;
   EXPECT_EQ(cache.translate(::getpid(), closed, reinterpret_cast<uint64_t>(p), 8, &why), nullptr);
   EXPECT_EQ(cache.mapped(), 0u);
+  // The two regions it could not verify are remembered (spans outside a region are not: that is the span's
+  // fault, not the region's), and asking again gives the first reason without trying again.
+  EXPECT_EQ(cache.failures(), 2u);
+  EXPECT_EQ(cache.translate(::getpid(), wrong, reinterpret_cast<uint64_t>(p) + 8, 8, &why), nullptr);
+  EXPECT_NE(why.find("not the region named"), std::string::npos) << why;
+  EXPECT_NE(why.find("remembered"), std::string::npos) << why;
+  EXPECT_EQ(cache.failures(), 2u);
+  // The region itself still maps.
+  const char* q = cache.translate(::getpid(), *ref, reinterpret_cast<uint64_t>(p), 8, &why);
+  ASSERT_NE(q, nullptr) << why;
+  EXPECT_EQ(cache.mapped(), 1u);
+  // The memory of failures is bounded: the oldest go first.
+  for (size_t i = 0; i < transport::RegionCache::kMaxFailures + 5; ++i) {
+    transport::RegionRef other = *ref;
+    other.id += 2000 + i;
+    EXPECT_EQ(cache.translate(::getpid(), other, reinterpret_cast<uint64_t>(p), 8, &why), nullptr);
+  }
+  EXPECT_EQ(cache.failures(), transport::RegionCache::kMaxFailures);
   mem_free(p);
 }
 

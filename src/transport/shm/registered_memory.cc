@@ -115,6 +115,13 @@ RegionCache::~RegionCache() {
   for (const Entry& e : entries_) ::munmap(e.base, e.bytes);
 }
 
+const char* RegionCache::remember_failure(pid_t pid, const RegionRef& region, std::string error, std::string* out) {
+  *out = error;
+  if (failures_.size() >= kMaxFailures) failures_.pop_front();
+  failures_.push_back(Failure{pid, region.id, region.fd, region.bytes, std::move(error)});
+  return nullptr;
+}
+
 const char* RegionCache::translate(pid_t pid, const RegionRef& region, uint64_t address, size_t len,
                                    std::string* error) {
   if (address < region.base || address - region.base > region.bytes || len > region.bytes - (address - region.base)) {
@@ -129,6 +136,12 @@ const char* RegionCache::translate(pid_t pid, const RegionRef& region, uint64_t 
       return entries_.front().base + offset;
     }
   }
+  for (const Failure& f : failures_) {
+    if (f.pid == pid && f.id == region.id && f.fd == region.fd && f.bytes == region.bytes) {
+      *error = f.error + " (remembered from the first attempt)";
+      return nullptr;
+    }
+  }
   // First use: open the peer's memfd through procfs and check that it is the region named (the descriptor
   // number could have been reused after a free).
   const std::string path = fmt::format("/proc/{}/fd/{}", pid, region.fd);
@@ -136,27 +149,26 @@ const char* RegionCache::translate(pid_t pid, const RegionRef& region, uint64_t 
   const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
   const std::string want = "/memfd:" + memfd_name(region.id) + " ";
   if (n < 0 || std::strncmp(link, want.c_str(), want.size()) != 0) {
-    *error = n < 0 ? fmt::format("readlink {}: {}", path, std::strerror(errno))
-                   : fmt::format("{} is {}, not the region named", path, link);
-    return nullptr;
+    return remember_failure(pid, region,
+                            n < 0 ? fmt::format("readlink {}: {}", path, std::strerror(errno))
+                                  : fmt::format("{} is {}, not the region named", path, link),
+                            error);
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *error = fmt::format("open {}: {}", path, std::strerror(errno));
-    return nullptr;
-  }
+  if (fd < 0) return remember_failure(pid, region, fmt::format("open {}: {}", path, std::strerror(errno)), error);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != region.bytes) {
-    *error = fmt::format("{} is not {} bytes long", path, region.bytes);
     ::close(fd);
-    return nullptr;
+    return remember_failure(pid, region, fmt::format("{} is not {} bytes long", path, region.bytes), error);
   }
   void* p = ::mmap(nullptr, region.bytes, PROT_READ, MAP_SHARED, fd, 0);
   const int err = errno;
   ::close(fd);
   if (p == MAP_FAILED) {
     *error = fmt::format("mmap of {} bytes: {}", region.bytes, std::strerror(err));
-    return nullptr;
+    // Out of address space or mappings may pass once others are unmapped: not remembered.
+    if (err == ENOMEM || err == EAGAIN) return nullptr;
+    return remember_failure(pid, region, *error, error);
   }
   // Drop a stale mapping of the same id, then the least recently used beyond the bounds.
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {

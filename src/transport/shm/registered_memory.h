@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <optional>
 #include <string>
@@ -54,9 +55,13 @@ class RegionCache {
 
   // The address in this process of `address` (in process pid's region `region`) for `len` bytes, mapping the
   // region on first use. nullptr, with *error set, if the span is not inside the region or the region cannot
-  // be mapped (the caller falls back to another way of reading it).
+  // be mapped (the caller falls back to another way of reading it). A region that could not be mapped is
+  // remembered (the last kMaxFailures of them), so the next span of it fails at once, with the first
+  // attempt's reason, instead of repeating the procfs lookups on every message.
   const char* translate(pid_t pid, const RegionRef& region, uint64_t address, size_t len, std::string* error);
   size_t mapped() const { return entries_.size(); }
+  size_t failures() const { return failures_.size(); }
+  static constexpr size_t kMaxFailures = 64;
 
  private:
   struct Entry {
@@ -65,7 +70,16 @@ class RegionCache {
     char* base;
     uint64_t bytes;
   };
+  struct Failure {
+    pid_t pid;
+    uint64_t id;
+    int fd;
+    uint64_t bytes;
+    std::string error;
+  };
+  const char* remember_failure(pid_t pid, const RegionRef& region, std::string error, std::string* out);
   std::list<Entry> entries_;
+  std::deque<Failure> failures_;  // oldest first
   size_t mapped_bytes_ = 0;
   size_t max_regions_;
   size_t max_bytes_;
