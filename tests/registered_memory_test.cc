@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -115,6 +117,45 @@ TEST(RegionCache, RefusesSpansOutsideTheRegionAndRegionsItCannotVerify) {
   }
   EXPECT_EQ(cache.failures(), transport::RegionCache::kMaxFailures);
   mem_free(p);
+}
+
+// Resident kilobytes of this process's mapping that starts at `start` (/proc/self/smaps), -1 if none does.
+long resident_kb_of_mapping(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  const auto want = reinterpret_cast<uintptr_t>(start);
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < 17) {
+      in = lo == want;
+      continue;
+    }
+    long kb = 0;
+    if (in && std::sscanf(line.c_str(), "Rss: %ld kB", &kb) == 1) return kb;
+  }
+  return -1;
+}
+
+TEST(RegionCache, FreeingARegionReleasesItsPagesFromPeersMappingsToo) {
+  // A peer's cache keeps its mapping of a region after the owner frees it (until evicted); that mapping must
+  // not keep the memory alive. Here the "peer" is this process's cache, a second mapping of the same pages.
+  const size_t bytes = 64 * kPage;
+  char* p = static_cast<char*>(mem_alloc(bytes));
+  std::memset(p, 7, bytes);
+  auto ref = transport::registered_memory::find(p, bytes);
+  ASSERT_TRUE(ref.has_value());
+  transport::RegionCache cache;
+  std::string why;
+  const char* q = cache.translate(::getpid(), *ref, ref->base, bytes, &why);
+  ASSERT_NE(q, nullptr) << why;
+  long sum = 0;
+  for (size_t i = 0; i < bytes; i += kPage) sum += q[i];  // fault every page in through the second mapping
+  EXPECT_EQ(sum, 7 * 64);
+  EXPECT_GE(resident_kb_of_mapping(q), static_cast<long>(bytes / 1024));
+  mem_free(p);
+  // The mapping is still there (the cache holds it) but nothing of it is resident any more.
+  EXPECT_EQ(resident_kb_of_mapping(q), 0);
 }
 
 TEST(RegionCache, DropsTheLeastRecentlyUsedMappingBeyondItsBound) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "chorus/error.h"
 
 namespace chorus::transport {
@@ -88,7 +89,11 @@ void release(void* p) {
     reg.regions.erase(it);
   }
   ::munmap(p, r.bytes);
-  ::close(r.fd);  // peers that mapped the region keep their mappings until they drop them
+  // Local peers may still have the region mapped (their RegionCache keeps a mapping until it is evicted), and
+  // a mapping keeps a memfd's pages alive: truncating frees them now. No peer reads a region after it is freed
+  // (a send from it completes only once the receiver has read it); a stale read would fault, not see old data.
+  if (::ftruncate(r.fd, 0) != 0) base::log_warn("mem_free: ftruncate: {}", std::strerror(errno));
+  ::close(r.fd);
 }
 
 std::optional<RegionRef> find(const void* p, size_t len) {
