@@ -508,7 +508,10 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
     // Asymmetric wake-ups: once this returns, every peer has either seen `sleeping` or made its stores
     // visible to the look below. Should it fail, sleep in short slices instead.
     const bool ordered = !asymmetric_wake_ || membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
-    if (!ready() && !peer_failed(peer)) {
+    // abort() sets aborted_ before it rings: had it rung before `seen` was read, its flag is visible here (the
+    // doorbell's seq_cst read synchronizes with the ring), so an abort between check_usable() above and the
+    // read does not cost a whole slice of sleep.
+    if (!ready() && !peer_failed(peer) && !aborted_.load(std::memory_order_acquire)) {
       constexpr auto kLong = std::chrono::microseconds(100000);
       auto slice = external_busy || !ordered ? std::chrono::microseconds(200) : kLong;
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining());
