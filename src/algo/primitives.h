@@ -118,25 +118,24 @@ class Prims {
   // `peer` is a position in the context's group.
   transport::SendHandle send(int peer, const void* data, size_t bytes) {
     const int to = global(peer);
-    transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->next_send_step(to, t.seq);
-    auto h = c_.transport->isend(to, t, data, bytes, c_.deadline);
+    // The context's own tag carries this frame's step (no copy of the tag per frame; the step is not part of
+    // what describes the operation, and every frame sets it before use).
+    c_.tag.step = c_.scratch->next_send_step(to, c_.tag.seq);
+    auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline);
     count_sent(to, bytes);
     return h;
   }
   void recv(int peer, void* dst, size_t bytes) {
     const int from = global(peer);
-    transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->next_recv_step(from, t.seq);
-    c_.transport->recv(from, t, dst, bytes, c_.deadline);
+    c_.tag.step = c_.scratch->next_recv_step(from, c_.tag.seq);
+    c_.transport->recv(from, c_.tag, dst, bytes, c_.deadline);
     count_received(from, bytes);
   }
   // dst = incoming (op) local; `last` applies the final step of Avg (divide by the world size).
   void recv_reduce(int peer, void* dst, const void* local, size_t bytes, bool last = false) {
     const int from = global(peer);
-    transport::MessageTag t = c_.tag;
-    t.step = c_.scratch->next_recv_step(from, t.seq);
-    c_.transport->recv_reduce(from, t, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
+    c_.tag.step = c_.scratch->next_recv_step(from, c_.tag.seq);
+    c_.transport->recv_reduce(from, c_.tag, dst, local, bytes, last ? c_.reduce_final : c_.reduce, c_.deadline);
     count_received(from, bytes);
   }
   void recv_copy_send(int from, int to, void* dst, size_t bytes) {

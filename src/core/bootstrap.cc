@@ -299,6 +299,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                                     tuned.world_size, tables_note);
   impl->sent_to.assign(static_cast<size_t>(size), 0);
   impl->received_from.assign(static_cast<size_t>(size), 0);
+  init_op_context(*impl);
   base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "
                  "from {} (alpha {:.2f} us, overhead {:.2f} us, beta {:.3f} ns/B, gamma {:.3f} ns/B)",
                  size, impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count(),

@@ -28,13 +28,15 @@ using core::P2PCall;
 
 namespace {
 
-void throw_if_failed(const Communicator::Impl& impl, const char* op) {
-  if (impl.failed.load(std::memory_order_acquire)) {
-    throw Error(ErrorCode::Aborted,
-                fmt::format("{}: the communicator failed earlier and can no longer be used (create a new one): {}", op,
-                            impl.failure->message()),
-                impl.failure->peer());
-  }
+[[noreturn]] [[gnu::noinline]] void throw_failed(const Communicator::Impl& impl, const char* op) {
+  throw Error(ErrorCode::Aborted,
+              fmt::format("{}: the communicator failed earlier and can no longer be used (create a new one): {}", op,
+                          impl.failure->message()),
+              impl.failure->peer());
+}
+
+inline void throw_if_failed(const Communicator::Impl& impl, const char* op) {
+  if (impl.failed.load(std::memory_order_acquire)) [[unlikely]] throw_failed(impl, op);
 }
 
 // One API call: the one-thread-at-a-time check (api_mu, held for the call) and the failure check. A
@@ -74,42 +76,44 @@ void run_guarded(Communicator::Impl& impl, const char* op, Body&& body) {
   }
 }
 
-// The context for an operation about to run; consumes a sequence number (so it is built on the executing
-// thread, in execution order, which is issue order).
-algo::OpContext make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo, size_t count, DataType dtype,
-                             const ReduceOp* rop, int root) {
-  algo::OpContext c;
-  c.transport = impl.transport.get();
-  c.scratch = &impl.scratch;
-  c.rank = impl.rank;
-  c.size = impl.size;
-  c.world_size = impl.size;
-  c.topology = &impl.topology;
-  c.inter_link = &impl.link;
-  c.sent_to = impl.sent_to.data();
-  c.received_from = impl.received_from.data();
+// The context for an operation about to run: the communicator's reused context (its constant fields set once,
+// by init_op_context at creation) with this call's fields written over the previous call's. Consumes a
+// sequence number, so it is built on the executing thread, in execution order, which is issue order. Reusing
+// one context saves a small call the stores of building ~200 bytes afresh.
+algo::OpContext& make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo, size_t count, DataType dtype,
+                              const ReduceOp* rop, int root) {
+  algo::OpContext& c = impl.op_context;
   c.tag.op = kind;
   c.tag.dtype = dtype;
   c.tag.algo = algo;
   c.tag.root = root;
   c.tag.count = count;
   c.tag.seq = impl.next_seq++;
+  c.tag.step = 0;
   c.deadline = base::Deadline::lazy_after(impl.config.timeout);
   c.dtype = dtype;
-  c.esize = dtype_size(dtype);
+  c.esize = core::element_size(dtype);
   c.slice_bytes = std::max(c.esize, impl.config.slice_bytes - impl.config.slice_bytes % c.esize);
+  c.bytes_sent = 0;
+  c.bytes_received = 0;
+  c.tag.has_reduce_op = rop != nullptr;
   if (rop) {
-    c.tag.has_reduce_op = true;
     c.tag.reduce_op = *rop;
     c.op = *rop;
+    c.reduce = transport::Reduction{};
     c.reduce.fn = kernels::reduce_fn(dtype, *rop);
     c.reduce.elem_size = c.esize;
     c.reduce_final = c.reduce;
+    c.divide = nullptr;
     if (*rop == ReduceOp::Avg) {
       c.reduce_final.sum_div = kernels::sum_div_fn(dtype);
       c.reduce_final.divisor = static_cast<uint64_t>(impl.size);
       c.divide = kernels::div_fn(dtype);
     }
+  } else {
+    // The reduction fields keep the last reducing call's values; no algorithm of a call without a reduction
+    // reads them.
+    c.tag.reduce_op = ReduceOp::Sum;
   }
   return c;
 }
@@ -127,7 +131,7 @@ algo::CallShape shape_of(const Communicator::Impl& impl, algo::Collective coll, 
   s.rank = impl.rank;
   s.root = std::max(root, 0);
   s.count = count;
-  s.esize = dtype_size(dtype);
+  s.esize = core::element_size(dtype);
   s.slice_bytes = std::max(s.esize, impl.config.slice_bytes - impl.config.slice_bytes % s.esize);
   s.topology = &impl.topology;
   s.intra = &impl.intra_link;
@@ -151,7 +155,7 @@ uint64_t key_of(algo::Collective coll, int forced, uint64_t bytes) {
 void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
   std::string_view name =
       !requested.empty() ? requested : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
-  const uint64_t bytes = static_cast<uint64_t>(call.count) * dtype_size(call.dtype);
+  const uint64_t bytes = static_cast<uint64_t>(call.count) * core::element_size(call.dtype);
   // The common case, a loop of same-shaped calls with nothing forced, is settled by the previous choice.
   if (name.empty() && (key_of(call.coll, 0, bytes)) == impl.last_choice.key) {
     call.algorithm = impl.last_choice.algorithm;
@@ -227,8 +231,8 @@ class CurrentOpScope {
 void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   const algo::Algorithm& algorithm = *call.algorithm;
   const auto now = base::coarse_now();  // for the stall check, which is good to a few ms
-  algo::OpContext c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
-                                   call.has_rop ? &call.rop : nullptr, call.root);
+  algo::OpContext& c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
+                                    call.has_rop ? &call.rop : nullptr, call.root);
   CurrentOpScope current(impl, c.tag, now);
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, call.op_name, [&] {

@@ -60,6 +60,9 @@ struct Communicator::Impl {
   std::mutex exec_mu;
   std::vector<std::byte> fusion_buffer;  // staging for fused all_reduces in a group
   uint64_t next_seq = 0;
+  // The context every collective runs in: the constant fields set at creation (core::init_op_context), the
+  // call's fields rewritten by each call (make_context in communicator.cc).
+  algo::OpContext op_context;
   std::vector<uint64_t> p2p_send_seq, p2p_recv_seq;
   std::optional<Error> failure;
   std::atomic<bool> failed{false};
@@ -119,6 +122,21 @@ namespace core {
 // peer through the transport. The caller holds exec_mu. Returns the error to throw (explained: a lost peer
 // that failed first is named with its own cause).
 Error fail_communicator(Communicator::Impl& impl, const char* op, const Error& e);
+// Sets the constant fields of impl.op_context (transport, scratch, ranks, topology, traffic counters); called
+// once the transport and the counters exist.
+inline void init_op_context(Communicator::Impl& impl) {
+  algo::OpContext& c = impl.op_context;
+  c = algo::OpContext{};
+  c.transport = impl.transport.get();
+  c.scratch = &impl.scratch;
+  c.rank = impl.rank;
+  c.size = impl.size;
+  c.world_size = impl.size;
+  c.topology = &impl.topology;
+  c.inter_link = &impl.link;
+  c.sent_to = impl.sent_to.data();
+  c.received_from = impl.received_from.data();
+}
 
 // Rendezvous through the store and connect the transport (Communicator::create).
 std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int rank, int size,

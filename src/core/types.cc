@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "core/validate.h"
 #include "kernels/half.h"
 
 namespace chorus {
@@ -54,6 +55,15 @@ constexpr bool tables_in_enum_order() {
   return true;
 }
 static_assert(tables_in_enum_order());
+
+// core::element_size (the inline size lookup of the call path) must agree with this table.
+constexpr bool element_sizes_agree() {
+  for (const DataTypeInfo& i : kDataTypes) {
+    if (core::element_size(i.type) != i.size) return false;
+  }
+  return core::element_size(static_cast<DataType>(kNumDataTypes)) == 0;
+}
+static_assert(element_sizes_agree());
 
 // Accepted spellings besides the canonical names.
 constexpr std::pair<std::string_view, DataType> kDataTypeAliases[] = {

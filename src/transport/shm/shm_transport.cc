@@ -397,12 +397,12 @@ void ShmTransport::ring_doorbell(int peer) {
   }
 }
 
-void ShmTransport::check_usable() {
+void ShmTransport::throw_unusable() {
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(abort_mu_);
     throw Error(ErrorCode::Aborted, abort_reason_);
   }
-  if (failed_) throw Error(ErrorCode::Aborted, fmt::format("the communicator failed earlier: {}", failed_->message()));
+  throw Error(ErrorCode::Aborted, fmt::format("the communicator failed earlier: {}", failed_->message()));
 }
 
 bool ShmTransport::peer_failed(int peer) const {

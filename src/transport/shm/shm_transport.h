@@ -129,7 +129,11 @@ class ShmTransport final : public Transport {
   [[noreturn]] void throw_peer_failure(int peer);
   bool peer_failed(int peer) const;
   bool channel_severed(int peer) const;  // either side severed the rings between us
-  void check_usable();
+  // Throws once the transport was aborted or failed; inline, so the small-message path pays two loads.
+  void check_usable() {
+    if (aborted_.load(std::memory_order_acquire) || failed_) [[unlikely]] throw_unusable();
+  }
+  [[noreturn]] void throw_unusable();
 
   uint64_t comm_tag_;
   ShmOptions options_;
