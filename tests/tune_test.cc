@@ -282,6 +282,8 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   ASSERT_EQ(t.transports.count("tcp"), 1u);
   const algo::LinkModel& l = t.transports.at("tcp").at(0).link;
   EXPECT_EQ(t.transports.at("tcp").at(0).world_size, 2);
+  // It records how crowded the host was: both ranks here, over the CPUs this process may use.
+  EXPECT_DOUBLE_EQ(t.transports.at("tcp").at(0).ranks_per_core, 2.0 / base::usable_cores());
   // Loopback on any machine: a hop well under a millisecond, over 100 MB/s, a reduction over 100 MB/s.
   EXPECT_GT(l.alpha + 2 * l.overhead, 0.0);
   EXPECT_LT(l.alpha + 2 * l.overhead, 1e-3);
