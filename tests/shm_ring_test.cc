@@ -2,10 +2,19 @@
 // frames of every size up to a good part of the ring, and the ring full. Every byte is checked against what
 // the sender computed. (The producer keeps its own copy of the head and the consumer reads the shared head
 // only when its last look does not cover a frame: these tests are what keeps that bookkeeping honest.)
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "test_util.h"
 
@@ -94,6 +103,35 @@ TEST(ShmRing, PointToPointStreamsFillTheRingBothWays) {
       for (size_t i = 0; i < got[m].size(); ++i) ASSERT_EQ(got[m][i], value(peer, m, i)) << "message " << m;
     }
   });
+}
+
+TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
+  // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation
+  // removes names of this pid namespace whose creator is gone, and only those.
+  char link[64] = {};
+  ASSERT_GT(::readlink("/proc/self/ns/pid", link, sizeof(link) - 1), 0);
+  unsigned long ns = 0;
+  ASSERT_EQ(std::sscanf(link, "pid:[%lu]", &ns), 1);
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale = fmt::format("chorus-00000000000000aa-r0-n{}-p{}", ns, dead);
+  const std::string alive = fmt::format("chorus-00000000000000aa-r1-n{}-p{}", ns, ::getpid());
+  const std::string foreign = fmt::format("chorus-00000000000000aa-r2-n{}-p{}", ns + 1, dead);
+  for (const std::string& name : {stale, alive, foreign}) {
+    const int fd = ::shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << name;
+    ::close(fd);
+  }
+  auto exists = [](const std::string& name) { return std::filesystem::exists("/dev/shm/" + name); };
+  run_world(2, shm_options(), [&](Communicator& comm) { comm.barrier(); });
+  EXPECT_FALSE(exists(stale));
+  EXPECT_TRUE(exists(alive));
+  EXPECT_TRUE(exists(foreign));
+  ::shm_unlink(("/" + alive).c_str());
+  ::shm_unlink(("/" + foreign).c_str());
+  ::shm_unlink(("/" + stale).c_str());
 }
 
 }  // namespace

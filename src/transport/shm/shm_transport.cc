@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
@@ -15,6 +16,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -187,6 +190,43 @@ bool remote_read(pid_t pid, char* dst, uint64_t address, size_t len) {
   return true;
 }
 
+// This process's pid namespace, as the inode number of /proc/self/ns/pid (0 if unreadable).
+unsigned long pid_namespace() {
+  static const unsigned long ns = [] {
+    char link[64] = {};
+    unsigned long inode = 0;
+    if (::readlink("/proc/self/ns/pid", link, sizeof(link) - 1) > 0) std::sscanf(link, "pid:[%lu]", &inode);
+    return inode;
+  }();
+  return ns;
+}
+
+// A rank that dies between creating its segment and every peer having mapped it (a peer that never came, a
+// crash, a kill during creation) leaves the name in /dev/shm, and its memory with it. Each creation removes
+// such names: segments of this pid namespace whose creator no longer exists. Names from another pid
+// namespace, whose pids mean nothing here, and names whose pid is alive (or reused) are left alone.
+void sweep_stale_segments() {
+  const unsigned long ns = pid_namespace();
+  if (ns == 0) return;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string mark = fmt::format("-n{}-p", ns);
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    const size_t at = name.rfind(mark);
+    if (name.rfind("chorus-", 0) != 0 || at == std::string::npos) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + at + mark.size(), &end, 10);
+    if (pid <= 0 || end == nullptr || *end != '\0') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::shm_unlink(("/" + name).c_str()) == 0) {
+      base::log_info("removed /dev/shm/{}: left by process {}, which died while creating a communicator", name,
+                     pid);
+    }
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- setup and teardown
@@ -204,8 +244,10 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->options_.ring_bytes = ring;
 
   // Create this rank's segment; the name carries the communicator's random tag, so it never collides with
-  // another job's, and O_EXCL makes sure we are its only creator.
-  t->self_name_ = fmt::format("/chorus-{:016x}-r{}-p{}", comm_tag, rank, ::getpid());
+  // another job's, and O_EXCL makes sure we are its only creator. It also carries our pid namespace and pid,
+  // so that a later creation can tell a segment whose creator died before unlinking it (sweep_stale_segments).
+  sweep_stale_segments();
+  t->self_name_ = fmt::format("/chorus-{:016x}-r{}-n{}-p{}", comm_tag, rank, pid_namespace(), ::getpid());
   t->self_bytes_ = ShmSegment::bytes(count, ring);
   int fd = ::shm_open(t->self_name_.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) base::throw_errno(fmt::format("shm_open {}", t->self_name_), errno);
