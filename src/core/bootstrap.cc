@@ -265,6 +265,8 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   // only to a host on the same side (tune::same_core_regime).
   const double ranks_per_core = impl->ranks_per_core;
   const bool regime_matches = tune::same_core_regime(tuned.ranks_per_core, ranks_per_core);
+  // Tables that would apply (this world size, no hybrid) but were measured in the other regime: said in the log.
+  const bool regime_drops = !hybrid && tuned.world_size == size && !regime_matches;
   bool tables_dropped = false;
   for (int c = 0; c < algo::kNumCollectives; ++c) {
     impl->calibration[c] = tune::calibration_for(tuned, static_cast<algo::Collective>(c));
@@ -272,7 +274,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     // two measured ones gets the tables of both, interpolated.
     if (hybrid || tuned.world_size != size || !regime_matches) {
       for (algo::Calibration& cal : impl->calibration[c]) {
-        tables_dropped = tables_dropped || (!cal.measured.empty() && tuned.world_size == size && !hybrid);
+        tables_dropped = tables_dropped || (regime_drops && !cal.measured.empty());
         cal.measured.clear();
       }
     }

@@ -69,8 +69,13 @@ void send_hello(int fd, const Hello& h, const base::Deadline& deadline, int peer
 
 TcpTransport::TcpTransport(int rank, int size, uint64_t comm_tag)
     : Transport(rank, size), comm_tag_(comm_tag), peers_(size), staging_(new char[kStagingBytes]) {
-  yield_ = more_ranks_than_cores(size);
-  spin_ = yield_ ? 8 : 64;
+  set_oversubscribed(more_ranks_than_cores(size));
+}
+
+void TcpTransport::set_oversubscribed(bool yes) {
+  // Oversubscribed: a few polls, each yielding the core, before sleeping; otherwise more, without yielding.
+  yield_ = yes;
+  spin_ = yes ? 8 : 64;
 }
 
 std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
@@ -78,10 +83,7 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
                                                     const std::optional<base::SockAddr>& store_address,
                                                     bool all_local, base::Deadline deadline) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
-  if (options.oversubscribed >= 0) {
-    t->yield_ = options.oversubscribed > 0;
-    t->spin_ = t->yield_ ? 8 : 64;
-  }
+  if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
   base::SockAddr addr = choose_listen_address(options, store_address, all_local);
   addr.set_port(0);
   base::Fd listener = base::listen_tcp(addr, std::max(128, size + 16));

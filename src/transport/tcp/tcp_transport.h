@@ -111,6 +111,7 @@ class TcpTransport final : public Transport {
   [[noreturn]] void throw_peer_error(int peer, const char* context);
   void set_interest(int peer, uint32_t bits, bool on);
   void check_usable();
+  void set_oversubscribed(bool yes);  // chooses yield_ and spin_ (below)
 
   uint64_t comm_tag_;
   // A receive that finds its socket empty polls this many times before sleeping in epoll_wait: the reply
