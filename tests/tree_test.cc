@@ -162,9 +162,9 @@ class CountingTransport final : public transport::Transport {
 
   std::string_view name() const noexcept override { return inner_->name(); }
   transport::SendHandle isend(int peer, const transport::MessageTag& tag, const void* data, size_t len,
-                              const base::Deadline& deadline) override {
+                              const base::Deadline& deadline, transport::SenderWork work) override {
     sent += len;
-    return inner_->isend(peer, tag, data, len, deadline);
+    return inner_->isend(peer, tag, data, len, deadline, work);
   }
   void recv(int peer, const transport::MessageTag& tag, void* dst, size_t len,
             const base::Deadline& deadline) override {

@@ -45,12 +45,16 @@ void broadcast_binomial(OpContext& c, const void* send, void* recv, size_t count
   const size_t bytes = count * c.esize;
   auto* out = static_cast<char*>(recv);
   const char* src = c.rank == root ? static_cast<const char*>(send) : out;
+  // In place, a root with one child (two ranks) only sends, to one rank: the transport may share the
+  // copying with it. Out of place, the root copies each slice into its output right after sending it.
+  const auto work = tree.parent < 0 && tree.num_children == 1 && src == out ? transport::SenderWork::Idle
+                                                                            : transport::SenderWork::Busy;
   for (size_t off = 0; off < bytes; off += c.slice_bytes) {
     size_t len = std::min(c.slice_bytes, bytes - off);
     if (tree.parent >= 0) prims.recv(tree.parent, out + off, len);
-    for (int i = 0; i < tree.num_children; ++i) prims.send(tree.children[i], src + off, len);
+    for (int i = 0; i < tree.num_children; ++i) prims.send(tree.children[i], src + off, len, work);
+    if (src != out) std::memcpy(out + off, src + off, len);
   }
-  if (c.rank == root && src != out && bytes > 0) std::memcpy(out, src, bytes);
   prims.flush();
 }
 
@@ -61,9 +65,9 @@ void reduce_binomial(OpContext& c, const void* send, void* recv, size_t count, i
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
 
-  if (tree.num_children == 0) {  // a leaf sends its input as it is
+  if (tree.num_children == 0) {  // a leaf sends its input as it is, with nothing else to do
     for (size_t off = 0; off < bytes; off += c.slice_bytes) {
-      prims.send(tree.parent, in + off, std::min(c.slice_bytes, bytes - off));
+      prims.send(tree.parent, in + off, std::min(c.slice_bytes, bytes - off), transport::SenderWork::Idle);
     }
     prims.flush();
     return;

@@ -115,13 +115,15 @@ class Prims {
  public:
   explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->ensure_ranks(std::max(ctx.world_size, ctx.size)); }
 
-  // `peer` is a position in the context's group.
-  transport::SendHandle send(int peer, const void* data, size_t bytes) {
+  // `peer` is a position in the context's group. `work`: Idle where this rank does nothing else until the send
+  // completes, with no other receiver to feed meanwhile (see transport::SenderWork).
+  transport::SendHandle send(int peer, const void* data, size_t bytes,
+                             transport::SenderWork work = transport::SenderWork::Busy) {
     const int to = global(peer);
     // The context's own tag carries this frame's step (no copy of the tag per frame; the step is not part of
     // what describes the operation, and every frame sets it before use).
     c_.tag.step = c_.scratch->next_send_step(to, c_.tag.seq);
-    auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline);
+    auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline, work);
     count_sent(to, bytes);
     return h;
   }

@@ -282,9 +282,14 @@ void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, name, [&] {
     impl.transport->check_peers();
+    // A lone send leaves this rank idle until it completes: the transport may share the copying with the
+    // receiver's core. With receives or other sends in the call, they keep this rank busy.
+    const auto work = n == 1 ? transport::SenderWork::Idle : transport::SenderWork::Busy;
     for (size_t i = 0; i < n; ++i) {
       const P2PCall& p = calls[i];
-      if (p.is_send) impl.transport->isend(p.peer, p2p_frame_tag(p, impl.p2p_send_seq[p.peer]++), p.send, p.bytes, deadline);
+      if (p.is_send) {
+        impl.transport->isend(p.peer, p2p_frame_tag(p, impl.p2p_send_seq[p.peer]++), p.send, p.bytes, deadline, work);
+      }
     }
     for (size_t i = 0; i < n; ++i) {
       const P2PCall& p = calls[i];

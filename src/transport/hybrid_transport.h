@@ -22,8 +22,8 @@ class HybridTransport final : public Transport {
   WaitCounters wait_counters() const noexcept override { return shm_->wait_counters(); }
 
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                   const base::Deadline& deadline) override {
-    return at(peer).isend(peer, tag, data, len, deadline);
+                   const base::Deadline& deadline, SenderWork work) override {
+    return at(peer).isend(peer, tag, data, len, deadline, work);
   }
   void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override {
     at(peer).recv(peer, tag, dst, len, deadline);

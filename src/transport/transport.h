@@ -48,6 +48,15 @@ struct Reduction {
   }
 };
 
+// What the sending rank does while a send is in flight. A transport that can move a large payload more than
+// one way uses it to share the copying between the two ranks' cores: shared memory streams an idle
+// sender's payload through the ring (one copy on each side, pipelined) instead of leaving the receiver to copy
+// all of it by cross-memory attach. Busy is always correct; Idle is a hint.
+enum class SenderWork : uint8_t {
+  Busy,  // the sender copies, reduces or feeds other receivers meanwhile (an exchange, a tree's inner rank)
+  Idle,  // the sender only waits for this send (a 2-rank broadcast's root, a chain's head, a lone send)
+};
+
 // True when `ranks` processes on this host outnumber its cores: then a waiting rank should yield its core
 // (most likely to the rank it waits for) rather than spin on it.
 bool more_ranks_than_cores(int ranks) noexcept;
@@ -71,9 +80,10 @@ class Transport {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
 
-  // Queues `len` bytes at `data` for `peer`. Returns at once; the send completes later.
+  // Queues `len` bytes at `data` for `peer`. Returns at once; the send completes later. `work` says whether
+  // this rank has other work while the send is in flight (a hint; it never changes what arrives).
   virtual SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                           const base::Deadline& deadline) = 0;
+                           const base::Deadline& deadline, SenderWork work) = 0;
   // Receives the next frame from `peer` into dst. Throws Mismatch if it does not carry `tag` and `len`
   // bytes, PeerLost if the peer is gone, Timeout at the deadline.
   virtual void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) = 0;

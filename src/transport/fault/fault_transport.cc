@@ -152,7 +152,7 @@ FaultTransport::FaultTransport(std::unique_ptr<Transport> inner, std::vector<Fau
 FaultTransport::~FaultTransport() = default;
 
 SendHandle FaultTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                                 const base::Deadline& deadline) {
+                                 const base::Deadline& deadline, SenderWork work) {
   const uint64_t frame = ++sent_[static_cast<size_t>(peer)];
   for (size_t i = 0; i < faults_.size(); ++i) {
     const FaultSpec& f = faults_[i];
@@ -227,7 +227,7 @@ SendHandle FaultTransport::isend(int peer, const MessageTag& tag, const void* da
     if (f.action == FaultAction::Truncate) inner_->sever(peer);
     return replaced;
   }
-  SendHandle h = inner_->isend(peer, tag, data, len, deadline);
+  SendHandle h = inner_->isend(peer, tag, data, len, deadline, work);
   last_[static_cast<size_t>(peer)] = h;
   return h;
 }

@@ -56,7 +56,7 @@ class FaultTransport final : public Transport {
   WaitCounters wait_counters() const noexcept override { return inner_->wait_counters(); }
 
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                   const base::Deadline& deadline) override;
+                   const base::Deadline& deadline, SenderWork work) override;
   void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override {
     inner_->recv(peer, tag, dst, len, deadline);
   }

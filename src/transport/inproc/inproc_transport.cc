@@ -140,7 +140,7 @@ InProcTransport::InProcTransport(std::shared_ptr<InProcFabric> fabric, int rank,
 InProcTransport::~InProcTransport() { close(); }
 
 SendHandle InProcTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                                  const base::Deadline& deadline) {
+                                  const base::Deadline& deadline, SenderWork /*work: one way to move bytes*/) {
   if (fabric_->failed()) throw fabric_->failure_for(rank_);
   InProcFabric::Message m;
   m.header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);

@@ -396,6 +396,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->self_unlinked_ = true;
 
   t->yield_ = options.oversubscribed >= 0 ? options.oversubscribed > 0 : more_ranks_than_cores(static_cast<int>(count));
+  t->stream_idle_ = options.stream_idle && !t->yield_;
   // Oversubscribed, each poll yields the core (to the rank we wait for, most likely); 200 yields before
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
@@ -577,16 +578,19 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
 // ---------------------------------------------------------------- sending
 
 SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                               const base::Deadline& deadline) {
+                               const base::Deadline& deadline, SenderWork work) {
   check_usable();
   Peer& p = peers_[peer];
   if (peer_failed(peer) || p.segment->control.closed.load(std::memory_order_acquire)) throw_peer_failure(peer);
-  // Large payloads go by descriptor: read in place from registered memory, or else by cross-memory attach.
+  // Large payloads go by descriptor: read in place from registered memory, or else by cross-memory attach,
+  // which puts the whole copy on the receiver's core. A sender with nothing else to do streams the payload
+  // through the ring instead, so that both cores copy, pipelined, unless the local ranks share cores (then
+  // the sender's copy would take a core another rank needs).
   std::optional<RegionRef> region;
   bool remote = false;
   if (len >= options_.single_copy_bytes && (cma_ || registered_)) {
     if (registered_) region = registered_memory::find(data, len);
-    remote = cma_ || region.has_value();
+    remote = region.has_value() || (cma_ && !(work == SenderWork::Idle && stream_idle_));
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the

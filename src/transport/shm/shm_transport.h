@@ -24,6 +24,10 @@ struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
   bool allow_cma = true;                // false: never use cross-memory attach (CHORUS_SHM_CMA=0)
+  // An idle sender's large payloads (SenderWork::Idle) stream through the ring, so both ranks' cores copy,
+  // where each local rank has a core of its own; false: they go by cross-memory attach like any other
+  // (CHORUS_SHM_STREAM_IDLE=0).
+  bool stream_idle = true;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -52,7 +56,7 @@ class ShmTransport final : public Transport {
 
   std::string_view name() const noexcept override { return "shm"; }
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                   const base::Deadline& deadline) override;
+                   const base::Deadline& deadline, SenderWork work) override;
   void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override;
   void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
                    const Reduction& reduction, const base::Deadline& deadline) override;
@@ -144,6 +148,7 @@ class ShmTransport final : public Transport {
   WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
+  bool stream_idle_ = false;  // options_.stream_idle, and every local rank has a core of its own
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
   ShmSegment* self_ = nullptr;

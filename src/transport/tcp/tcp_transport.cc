@@ -257,7 +257,7 @@ void TcpTransport::set_interest(int peer, uint32_t bits, bool on) {
 // ---------------------------------------------------------------- sending
 
 SendHandle TcpTransport::isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                               const base::Deadline& deadline) {
+                               const base::Deadline& deadline, SenderWork /*work: one way to move bytes*/) {
   check_usable();
   Peer& p = peers_[peer];
   if (p.hung_up) throw_peer_error(peer, "cannot send");

@@ -45,7 +45,7 @@ class TcpTransport final : public Transport {
 
   std::string_view name() const noexcept override { return "tcp"; }
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
-                   const base::Deadline& deadline) override;
+                   const base::Deadline& deadline, SenderWork work) override;
   void recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) override;
   void recv_reduce(int peer, const MessageTag& tag, void* dst, const void* local, size_t len,
                    const Reduction& reduction, const base::Deadline& deadline) override;
