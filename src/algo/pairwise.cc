@@ -1,6 +1,7 @@
 // Pairwise all-to-all. At step k every rank r exchanges one block with partner (k - r) mod N; the pairing
 // is symmetric (the partner's partner is r), so each step is N/2 independent exchanges and the schedule
-// works in place: the block sent to the partner is the one its block replaces.
+// works in place: the block sent to the partner is the one its block replaces. Out of place all sends are
+// posted first.
 //
 // Pairwise reduce-scatter: every rank sends each block of its input straight to the block's owner, which
 // reduces the N - 1 contributions into its output.
@@ -16,26 +17,39 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
   const bool in_place = in == out;
-  char* staging = in_place && block > 0 ? c.scratch->buffer(std::min(block, c.slice_bytes)) : nullptr;
+  if (!in_place) {
+    // Out of place every send reads only the input, so all of them are posted before any receive (a
+    // transport keeps writing queued sends while a receive waits): a rank's receives then wait only for
+    // each peer to have entered the call, not for the peer to finish its earlier steps. Where ranks take
+    // turns on the cores, a step-by-step exchange waits at every step for its partner to be scheduled.
+    auto each_partner = [&](auto&& fn) {
+      for (int k = 0; k < c.size; ++k) {
+        const int partner = mod(k - c.rank, c.size);
+        if (partner == c.rank) continue;
+        const size_t base = static_cast<size_t>(partner) * block;
+        for (size_t off = 0; off < block; off += c.slice_bytes) fn(partner, base + off, std::min(c.slice_bytes, block - off));
+      }
+    };
+    each_partner([&](int partner, size_t at, size_t len) { prims.send(partner, in + at, len); });
+    const size_t mine = static_cast<size_t>(c.rank) * block;
+    if (block > 0) std::memcpy(out + mine, in + mine, block);
+    each_partner([&](int partner, size_t at, size_t len) { prims.recv(partner, out + at, len); });
+    prims.flush();
+    return;
+  }
+  char* staging = block > 0 ? c.scratch->buffer(std::min(block, c.slice_bytes)) : nullptr;
 
   for (int k = 0; k < c.size; ++k) {
     int partner = mod(k - c.rank, c.size);
     size_t base = static_cast<size_t>(partner) * block;
-    if (partner == c.rank) {
-      if (!in_place && block > 0) std::memcpy(out + base, in + base, block);
-      continue;
-    }
+    if (partner == c.rank) continue;  // in place: its own block is where it belongs
     for (size_t off = 0; off < block; off += c.slice_bytes) {
       size_t len = std::min(c.slice_bytes, block - off);
       auto h = prims.send(partner, in + base + off, len);
-      if (in_place) {
-        // The outgoing slice must be gone before the incoming one replaces it.
-        prims.recv(partner, staging, len);
-        prims.wait(h);
-        std::memcpy(out + base + off, staging, len);
-      } else {
-        prims.recv(partner, out + base + off, len);
-      }
+      // The outgoing slice must be gone before the incoming one replaces it.
+      prims.recv(partner, staging, len);
+      prims.wait(h);
+      std::memcpy(out + base + off, staging, len);
     }
   }
   prims.flush();
