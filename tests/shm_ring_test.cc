@@ -106,67 +106,77 @@ TEST(ShmRing, PointToPointStreamsFillTheRingBothWays) {
 }
 
 // Large payloads of a sender with nothing else to do stream through the ring (both cores copy), where each
-// rank has a core of its own; every other large payload goes by cross-memory attach (the receiver copies).
-// Which way a payload went shows in the receiver's count of attach reads; what arrives is the same.
-class IdleSenders : public ::testing::TestWithParam<bool> {};
+// rank has a core of its own and the operation sends at least CHORUS_SHM_STREAM_IDLE_BYTES to the peer; every
+// other large payload goes by cross-memory attach (the receiver copies). Which way a payload went shows in
+// the receiver's count of attach reads; what arrives is the same.
+struct IdleCase {
+  const char* threshold;  // CHORUS_SHM_STREAM_IDLE_BYTES
+  bool streams;           // whether a 1 MiB idle send streams under it
+  const char* name;
+};
+
+class IdleSenders : public ::testing::TestWithParam<IdleCase> {};
 
 TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
-  const bool stream = GetParam();
-  ScopedEnv env("CHORUS_SHM_STREAM_IDLE", stream ? "1" : "0");
+  ScopedEnv env("CHORUS_SHM_STREAM_IDLE_BYTES", GetParam().threshold);
   const size_t count = (size_t{1} << 20) / sizeof(float);  // above the 64 KiB single-copy threshold
   run_world(2, shm_options(), [&](Communicator& comm) {
     const int r = comm.rank(), peer = 1 - r;
     // On a host whose ranks take turns on its cores the sender's copy would take a core its peer needs.
-    const bool streams = stream && comm.ranks_per_core() <= 1.0;
+    const bool streams = GetParam().streams && comm.ranks_per_core() <= 1.0;
     std::vector<float> a(count), b(count);
-    auto fill = [&](std::vector<float>& v, int m) {
-      for (size_t i = 0; i < count; ++i) v[i] = value(0, m, i);
+    auto fill = [&](std::vector<float>& v, int from, int m) {
+      for (size_t i = 0; i < count; ++i) v[i] = value(from, m, i);
     };
-    auto expect = [&](const std::vector<float>& v, int m, const char* what) {
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], value(0, m, i)) << what << ", rank " << r << ", element " << i;
+    auto expect = [&](const std::vector<float>& v, int from, int m, const char* what) {
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(v[i], value(from, m, i)) << what << ", rank " << r << ", element " << i;
+      }
     };
     auto attach_reads = [&] { return comm.traffic().attach_reads; };
 
     // In place, the root only sends: it is idle.
     uint64_t before = attach_reads();
-    if (r == 0) fill(a, 1); else std::fill(a.begin(), a.end(), -1.0f);
+    if (r == 0) fill(a, 0, 1); else std::fill(a.begin(), a.end(), -1.0f);
     comm.broadcast(a.data(), a.data(), count, DataType::Float32, 0);
-    expect(a, 1, "in-place broadcast");
+    expect(a, 0, 1, "in-place broadcast");
     if (r == 1) EXPECT_EQ(attach_reads() - before > 0, !streams) << "in-place broadcast";
 
     // Out of place, the root copies into its own output meanwhile: busy, so the receiver reads.
     before = attach_reads();
-    if (r == 0) fill(a, 2);
+    if (r == 0) fill(a, 0, 2);
     std::fill(b.begin(), b.end(), -1.0f);
     comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0);
-    expect(b, 2, "out-of-place broadcast");
+    expect(b, 0, 2, "out-of-place broadcast");
     if (r == 1) EXPECT_GT(attach_reads() - before, 0u) << "out-of-place broadcast";
 
     // A lone send is idle; sends and receives in one group keep each other busy.
     before = attach_reads();
     if (r == 0) {
-      fill(a, 3);
+      fill(a, 0, 3);
       comm.send(a.data(), count, DataType::Float32, 1);
     } else {
       std::fill(b.begin(), b.end(), -1.0f);
       comm.recv(b.data(), count, DataType::Float32, 0);
-      expect(b, 3, "lone send");
+      expect(b, 0, 3, "lone send");
       EXPECT_EQ(attach_reads() - before > 0, !streams) << "lone send";
     }
     before = attach_reads();
-    fill(a, 4);
+    fill(a, r, 4);
     std::fill(b.begin(), b.end(), -1.0f);
     comm.group_start();
     comm.send(a.data(), count, DataType::Float32, peer);
     comm.recv(b.data(), count, DataType::Float32, peer);
     comm.group_end();
-    expect(b, 4, "exchange");
+    expect(b, peer, 4, "exchange");
     EXPECT_GT(attach_reads() - before, 0u) << "exchange, rank " << r;
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Shm, IdleSenders, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Streaming" : "StreamingOff"; });
+INSTANTIATE_TEST_SUITE_P(Shm, IdleSenders,
+                         ::testing::Values(IdleCase{"1M", true, "FromOneMiB"}, IdleCase{"2M", false, "FromTwoMiB"},
+                                           IdleCase{"0", false, "Never"}),
+                         [](const ::testing::TestParamInfo<IdleCase>& i) { return std::string(i.param.name); });
 
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation

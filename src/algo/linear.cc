@@ -10,7 +10,7 @@ void gather_linear(OpContext& c, const void* send, void* recv, size_t count, int
   Prims prims(c);
   const size_t block = count * c.esize;
   if (c.rank != root) {
-    prims.send(root, send, block, transport::SenderWork::Idle);
+    prims.send(root, send, block, transport::SenderWork::idle(block));
     prims.flush();
     return;
   }

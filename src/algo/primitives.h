@@ -115,10 +115,10 @@ class Prims {
  public:
   explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->ensure_ranks(std::max(ctx.world_size, ctx.size)); }
 
-  // `peer` is a position in the context's group. `work`: Idle where this rank does nothing else until the send
-  // completes, with no other receiver to feed meanwhile (see transport::SenderWork).
+  // `peer` is a position in the context's group. `work`: idle(bytes of the operation to this peer) where this
+  // rank does nothing else until its sends complete, with no other receiver to feed (transport::SenderWork).
   transport::SendHandle send(int peer, const void* data, size_t bytes,
-                             transport::SenderWork work = transport::SenderWork::Busy) {
+                             transport::SenderWork work = transport::SenderWork::busy()) {
     const int to = global(peer);
     // The context's own tag carries this frame's step (no copy of the tag per frame; the step is not part of
     // what describes the operation, and every frame sets it before use).

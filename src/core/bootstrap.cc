@@ -202,7 +202,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.ring_bytes = impl->config.shm_ring_bytes;
   shm.single_copy_bytes = impl->config.shm_single_copy_bytes;
   shm.allow_cma = impl->config.shm_cma;
-  shm.stream_idle = impl->config.shm_stream_idle;
+  shm.stream_idle_bytes = impl->config.shm_stream_idle_bytes;
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;
   shm.spin = impl->config.shm_spin;

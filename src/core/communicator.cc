@@ -284,7 +284,7 @@ void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
     impl.transport->check_peers();
     // A lone send leaves this rank idle until it completes: the transport may share the copying with the
     // receiver's core. With receives or other sends in the call, they keep this rank busy.
-    const auto work = n == 1 ? transport::SenderWork::Idle : transport::SenderWork::Busy;
+    const auto work = n == 1 ? transport::SenderWork::idle(calls[0].bytes) : transport::SenderWork::busy();
     for (size_t i = 0; i < n; ++i) {
       const P2PCall& p = calls[i];
       if (p.is_send) {

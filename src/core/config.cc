@@ -177,8 +177,8 @@ Config resolve_config(const CommOptions& o) {
   };
   size_var("CHORUS_SHM_RING_BYTES", size_t{64} << 10, size_t{256} << 20, &c.shm_ring_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_bytes);
+  size_var("CHORUS_SHM_STREAM_IDLE_BYTES", 0, size_t{1} << 50, &c.shm_stream_idle_bytes);
   if (auto v = env_int("CHORUS_SHM_CMA")) c.shm_cma = *v != 0;
-  if (auto v = env_int("CHORUS_SHM_STREAM_IDLE")) c.shm_stream_idle = *v != 0;
   if (auto v = env_int("CHORUS_SHM_REGISTERED")) c.shm_registered = *v != 0;
   if (auto v = env_int("CHORUS_SHM_MEMBARRIER")) c.shm_membarrier = *v != 0;
   if (auto v = env_int("CHORUS_SHM_SPIN")) {

@@ -24,10 +24,11 @@ struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
   bool allow_cma = true;                // false: never use cross-memory attach (CHORUS_SHM_CMA=0)
-  // An idle sender's large payloads (SenderWork::Idle) stream through the ring, so both ranks' cores copy,
-  // where each local rank has a core of its own; false: they go by cross-memory attach like any other
-  // (CHORUS_SHM_STREAM_IDLE=0).
-  bool stream_idle = true;
+  // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
+  // where each local rank has a core of its own and the operation sends the peer at least this much (below,
+  // cross-memory attach is as fast: measured even at 1 MiB, slower at 256 KiB); 0: never
+  // (CHORUS_SHM_STREAM_IDLE_BYTES).
+  size_t stream_idle_bytes = size_t{2} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -148,7 +149,7 @@ class ShmTransport final : public Transport {
   WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
-  bool stream_idle_ = false;  // options_.stream_idle, and every local rank has a core of its own
+  uint64_t stream_idle_bytes_ = UINT64_MAX;  // from options_; never where the local ranks share cores
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
   ShmSegment* self_ = nullptr;
