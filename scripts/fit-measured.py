@@ -37,6 +37,14 @@ GENERATIONS = [
     ["docs/data", "docs/data/algos-rerun", "docs/data/algos-tcp-s5"],
     # After the shm small-message path (c47b46b) and prefaulted rings (758e458): two full shm runs.
     ["docs/data/algos-s4", "docs/data/algos-s5"],
+    # After the eighth and ninth sessions' shm changes (ring head, frame header, fewer stores per call, idle
+    # senders streaming from 2 MiB, all_to_all posting its sends first): two full shm runs. The old tables
+    # chose badly where the code had moved, e.g. 2-rank reduce from 2 MiB (reduce_scatter_gather, 1.25-1.74
+    # times binomial's time) and all_to_all at 4 and 8 ranks (1.4-1.7 at small sizes).
+    ["docs/data/algos-s9", "docs/data/algos-s9-check"],
+    # After a reduce leaf streams to its parent at any size (SenderWork::idle_to_reducer): 2-rank reduce and
+    # all_reduce (whose reduce_broadcast runs the binomial reduce) measured twice.
+    ["docs/data/algos-s9r", "docs/data/algos-s9r2"],
 ]
 
 

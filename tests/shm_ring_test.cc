@@ -119,6 +119,7 @@ class IdleSenders : public ::testing::TestWithParam<IdleCase> {};
 
 TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
   ScopedEnv env("CHORUS_SHM_STREAM_IDLE_BYTES", GetParam().threshold);
+  ScopedEnv algo("CHORUS_ALGO", "reduce:binomial");  // whose leaf sends to a reducing parent
   const size_t count = (size_t{1} << 20) / sizeof(float);  // above the 64 KiB single-copy threshold
   run_world(2, shm_options(), [&](Communicator& comm) {
     const int r = comm.rank(), peer = 1 - r;
@@ -149,6 +150,18 @@ TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
     comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0);
     expect(b, 0, 2, "out-of-place broadcast");
     if (r == 1) EXPECT_GT(attach_reads() - before, 0u) << "out-of-place broadcast";
+
+    // A reduce's leaf is idle and its parent reduces what it receives: from the ring in one pass rather than
+    // a copy by cross-memory attach and a pass, so the leaf streams whatever the threshold (unless 0).
+    before = attach_reads();
+    fill(a, r, 5);
+    std::fill(b.begin(), b.end(), -1.0f);
+    comm.reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, 0);
+    if (r == 0) {
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(b[i], value(0, 5, i) + value(1, 5, i)) << "reduce, element " << i;
+      const bool reduce_streams = std::string(GetParam().threshold) != "0" && comm.ranks_per_core() <= 1.0;
+      EXPECT_EQ(attach_reads() - before > 0, !reduce_streams) << "reduce";
+    }
 
     // A lone send is idle; sends and receives in one group keep each other busy.
     before = attach_reads();

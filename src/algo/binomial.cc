@@ -66,8 +66,9 @@ void reduce_binomial(OpContext& c, const void* send, void* recv, size_t count, i
   auto* out = static_cast<char*>(recv);
 
   if (tree.num_children == 0) {  // a leaf sends its input as it is, with nothing else to do
+    const auto work = transport::SenderWork::idle_to_reducer(bytes);
     for (size_t off = 0; off < bytes; off += c.slice_bytes) {
-      prims.send(tree.parent, in + off, std::min(c.slice_bytes, bytes - off), transport::SenderWork::idle(bytes));
+      prims.send(tree.parent, in + off, std::min(c.slice_bytes, bytes - off), work);
     }
     prims.flush();
     return;

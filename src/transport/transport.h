@@ -51,14 +51,18 @@ struct Reduction {
 // What the sending rank does while a send is in flight. A transport that can move a large payload more than
 // one way uses it to share the copying between the two ranks' cores: shared memory streams an idle
 // sender's payload through the ring (one copy on each side, pipelined) instead of leaving the receiver to copy
-// all of it by cross-memory attach, where there is enough to copy. busy() is always correct; idle() is a hint.
+// all of it by cross-memory attach, where that pays. busy() is always correct; idle() is a hint.
 struct SenderWork {
   // 0: the sender copies, reduces or feeds other receivers meanwhile (an exchange, a tree's inner rank).
   // Otherwise the sender only waits for its sends to this peer (an in-place broadcast's root with one
   // receiver, a leaf, a lone send), which carry this many bytes in all in this operation.
   uint64_t idle_bytes = 0;
+  // The receiver combines the payload with data of its own (a reduce's parent). By cross-memory attach it
+  // would copy the payload aside and then reduce it; from the ring it reduces in one pass.
+  bool receiver_reduces = false;
   static constexpr SenderWork busy() { return {}; }
-  static constexpr SenderWork idle(uint64_t operation_bytes) { return {operation_bytes}; }
+  static constexpr SenderWork idle(uint64_t operation_bytes) { return {operation_bytes, false}; }
+  static constexpr SenderWork idle_to_reducer(uint64_t operation_bytes) { return {operation_bytes, true}; }
 };
 
 // True when `ranks` processes on this host outnumber its cores: then a waiting rank should yield its core

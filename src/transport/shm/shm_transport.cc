@@ -396,7 +396,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->self_unlinked_ = true;
 
   t->yield_ = options.oversubscribed >= 0 ? options.oversubscribed > 0 : more_ranks_than_cores(static_cast<int>(count));
-  t->stream_idle_bytes_ = options.stream_idle_bytes == 0 || t->yield_ ? UINT64_MAX : options.stream_idle_bytes;
+  t->stream_idle_ = options.stream_idle_bytes > 0 && !t->yield_;
   // Oversubscribed, each poll yields the core (to the rank we wait for, most likely); 200 yields before
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
@@ -590,7 +590,12 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   bool remote = false;
   if (len >= options_.single_copy_bytes && (cma_ || registered_)) {
     if (registered_) region = registered_memory::find(data, len);
-    remote = region.has_value() || (cma_ && work.idle_bytes < stream_idle_bytes_);
+    // An idle sender to a reducing receiver streams at any size (the receiver then reduces straight from the
+    // ring: one pass instead of a copy and a pass); to a plain receiver only from options_.stream_idle_bytes,
+    // below which streaming's extra cache-line transfers between the cores cost what the overlap saves.
+    const bool stream = stream_idle_ && work.idle_bytes > 0 &&
+                        (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
+    remote = region.has_value() || (cma_ && !stream);
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the

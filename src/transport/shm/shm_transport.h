@@ -26,7 +26,7 @@ struct ShmOptions {
   bool allow_cma = true;                // false: never use cross-memory attach (CHORUS_SHM_CMA=0)
   // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
   // where each local rank has a core of its own and the operation sends the peer at least this much (below,
-  // cross-memory attach is as fast: measured even at 1 MiB, slower at 256 KiB); 0: never
+  // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
   // (CHORUS_SHM_STREAM_IDLE_BYTES).
   size_t stream_idle_bytes = size_t{2} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
@@ -149,7 +149,7 @@ class ShmTransport final : public Transport {
   WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
-  uint64_t stream_idle_bytes_ = UINT64_MAX;  // from options_; never where the local ranks share cores
+  bool stream_idle_ = false;  // idle senders may stream: options_ allow it and each local rank has a core
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
   ShmSegment* self_ = nullptr;
