@@ -27,7 +27,9 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
         const int partner = mod(k - c.rank, c.size);
         if (partner == c.rank) continue;
         const size_t base = static_cast<size_t>(partner) * block;
-        for (size_t off = 0; off < block; off += c.slice_bytes) fn(partner, base + off, std::min(c.slice_bytes, block - off));
+        for (size_t off = 0; off < block; off += c.slice_bytes) {
+          fn(partner, base + off, std::min(c.slice_bytes, block - off));
+        }
       }
     };
     each_partner([&](int partner, size_t at, size_t len) { prims.send(partner, in + at, len); });

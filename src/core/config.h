@@ -23,8 +23,8 @@ struct Config {
   int socket_buffer_bytes = 0;
   // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (0 disables cross-memory
   // attach), CHORUS_SHM_STREAM_IDLE_BYTES (an idle sender's payloads stream through the ring from this many
-  // bytes per operation and peer; 0: never), CHORUS_SHM_REGISTERED (0: never read a peer's registered memory in place), CHORUS_SHM_SPIN,
-  // CHORUS_SHM_MEMBARRIER (0: wake-ups checked with a locked instruction per frame).
+  // bytes per operation and peer; 0: never), CHORUS_SHM_REGISTERED (0: never read a peer's registered memory
+  // in place), CHORUS_SHM_SPIN, CHORUS_SHM_MEMBARRIER (0: wake-ups checked with a locked instruction per frame).
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_single_copy_bytes = 64 << 10;
   bool shm_cma = true;
