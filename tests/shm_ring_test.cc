@@ -143,6 +143,13 @@ TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
     expect(a, 0, 1, "in-place broadcast");
     if (r == 1) EXPECT_EQ(attach_reads() - before > 0, !streams) << "in-place broadcast";
 
+    // Queued (an _async call), the operation runs while the caller may compute: the root is not idle.
+    before = attach_reads();
+    if (r == 0) fill(a, 0, 6); else std::fill(a.begin(), a.end(), -1.0f);
+    comm.broadcast_async(a.data(), a.data(), count, DataType::Float32, 0).wait();
+    expect(a, 0, 6, "queued in-place broadcast");
+    if (r == 1) EXPECT_GT(attach_reads() - before, 0u) << "queued in-place broadcast";
+
     // Out of place, the root copies into its own output meanwhile: busy, so the receiver reads.
     before = attach_reads();
     if (r == 0) fill(a, 0, 2);

@@ -109,6 +109,10 @@ struct OpContext {
   transport::Reduction reduce;        // one combining step (Sum for Avg)
   transport::Reduction reduce_final;  // the last combining step of an element: divides for Avg
   kernels::DivFn divide = nullptr;    // for Avg where no combining step is left (world of 1)
+  // The calling thread waits for this operation. false: it was queued (an `_async` call) and runs on the
+  // progress thread while the caller may compute, so no send counts as idle (an idle send shares its copy
+  // with the sender's core, which then does more work in all than the receiver would alone).
+  bool caller_waits = true;
 };
 
 class Prims {
@@ -123,7 +127,8 @@ class Prims {
     // The context's own tag carries this frame's step (no copy of the tag per frame; the step is not part of
     // what describes the operation, and every frame sets it before use).
     c_.tag.step = c_.scratch->next_send_step(to, c_.tag.seq);
-    auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline, work);
+    auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline,
+                                 c_.caller_waits ? work : transport::SenderWork::busy());
     count_sent(to, bytes);
     return h;
   }

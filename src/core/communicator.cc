@@ -282,9 +282,11 @@ void execute_p2p(Communicator::Impl& impl, const P2PCall* calls, size_t n) {
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, name, [&] {
     impl.transport->check_peers();
-    // A lone send leaves this rank idle until it completes: the transport may share the copying with the
-    // receiver's core. With receives or other sends in the call, they keep this rank busy.
-    const auto work = n == 1 ? transport::SenderWork::idle(calls[0].bytes) : transport::SenderWork::busy();
+    // A lone send that the caller waits for leaves this rank idle until it completes: the transport may share
+    // the copying with the receiver's core. Receives or other sends in the call keep this rank busy, and a
+    // queued send runs while the caller may compute (OpContext::caller_waits).
+    const auto work = n == 1 && impl.op_context.caller_waits ? transport::SenderWork::idle(calls[0].bytes)
+                                                             : transport::SenderWork::busy();
     for (size_t i = 0; i < n; ++i) {
       const P2PCall& p = calls[i];
       if (p.is_send) {
@@ -452,6 +454,8 @@ void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<det
   if (core::trace::enabled()) core::trace::record_instant(fmt::format("queue {}", name), "queue");
   engine_of(impl).submit([&impl, name, state = std::move(state), shared] {
     std::lock_guard<std::mutex> lock(impl.exec_mu);
+    // The caller does not wait for a queued operation: none of its sends counts as idle.
+    impl.op_context.caller_waits = false;
     try {
       throw_if_failed(impl, name);
       (*shared)(impl);
@@ -459,6 +463,7 @@ void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<det
     } catch (...) {
       state->complete(std::current_exception());
     }
+    impl.op_context.caller_waits = true;
   });
 }
 
