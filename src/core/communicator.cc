@@ -39,22 +39,48 @@ inline void throw_if_failed(const Communicator::Impl& impl, const char* op) {
   if (impl.failed.load(std::memory_order_acquire)) [[unlikely]] throw_failed(impl, op);
 }
 
+enum class Mode { Sync, Async };
+
+[[noreturn]] [[gnu::noinline]] void throw_busy(const char* op) {
+  base::throw_error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: another thread is using this communicator; a communicator is used by one "
+                                "thread at a time",
+                                op));
+}
+
 // One API call: the one-thread-at-a-time check (api_mu, held for the call) and the failure check. A
-// synchronous call holds it until it returns; an asynchronous one while it checks and queues.
+// synchronous call holds it until it returns, together with exec_mu where that is free (one locked
+// instruction for both; see core/call_gate.h); an asynchronous one holds api_mu while it checks and queues.
 class ApiScope {
  public:
-  ApiScope(Communicator::Impl& impl, const char* op) : lock_(impl.api_mu, std::try_to_lock), log_tag_(&impl.label) {
-    if (!lock_.owns_lock()) {
-      base::throw_error(ErrorCode::InvalidArgument,
-                        fmt::format("{}: another thread is using this communicator; a communicator is used by one "
-                                    "thread at a time",
-                                    op));
+  ApiScope(Communicator::Impl& impl, const char* op, Mode mode = Mode::Async) : impl_(impl), log_tag_(&impl.label) {
+    if (mode == Mode::Sync) {
+      bool exec = false;
+      if (!impl.gate.try_lock_both(&exec)) throw_busy(op);
+      impl.api_holds_exec = exec;
+    } else if (!impl.gate.try_lock_api()) {
+      throw_busy(op);
     }
-    throw_if_failed(impl, op);
+    if (impl.failed.load(std::memory_order_acquire)) [[unlikely]] {
+      release();
+      throw_failed(impl, op);
+    }
   }
+  ~ApiScope() { release(); }
+  ApiScope(const ApiScope&) = delete;
+  ApiScope& operator=(const ApiScope&) = delete;
 
  private:
-  std::unique_lock<std::mutex> lock_;
+  void release() noexcept {
+    if (impl_.api_holds_exec) {
+      impl_.api_holds_exec = false;
+      impl_.gate.unlock_both();
+    } else {
+      impl_.gate.unlock_api();
+    }
+  }
+
+  Communicator::Impl& impl_;
   base::LogTag log_tag_;
 };
 
@@ -453,7 +479,7 @@ void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<det
   auto shared = std::make_shared<Task>(std::move(task));
   if (core::trace::enabled()) core::trace::record_instant(fmt::format("queue {}", name), "queue");
   engine_of(impl).submit([&impl, name, state = std::move(state), shared] {
-    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    std::lock_guard<core::ExecMutex> lock(impl.exec_mu);
     // The caller does not wait for a queued operation: none of its sends counts as idle.
     impl.op_context.caller_waits = false;
     try {
@@ -467,8 +493,6 @@ void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<det
   });
 }
 
-enum class Mode { Sync, Async };
-
 // Hands a checked operation on: into the open group, onto the progress thread, or (synchronous) run here
 // once everything queued before it has run.
 // A synchronous call outside a group runs on its own arguments (Call is CollCall or P2PCall); only a queued
@@ -476,8 +500,18 @@ enum class Mode { Sync, Async };
 template <class Call>
 Work dispatch(Communicator::Impl& impl, Call&& call, Mode mode) {
   if (mode == Mode::Sync && impl.group_depth == 0) {
-    if (impl.engine && !impl.engine->idle()) impl.engine->drain();
-    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    // exec_mu: usually taken with api_mu by the call's ApiScope, and kept until the call returns.
+    if (impl.engine && !impl.engine->idle()) {
+      if (impl.api_holds_exec) {
+        impl.api_holds_exec = false;
+        impl.gate.unlock_exec();  // the progress thread needs it to run what is queued
+      }
+      impl.engine->drain();
+    }
+    if (!impl.api_holds_exec) {
+      impl.gate.lock_exec();
+      impl.api_holds_exec = true;
+    }
     if constexpr (std::is_same_v<std::decay_t<Call>, CollCall>) {
       throw_if_failed(impl, call.op_name);  // something queued before this call may have failed
       execute_collective(impl, call);
@@ -693,7 +727,7 @@ void Communicator::abort(const std::string& reason) noexcept {
     // Wakes the thread that is executing an operation, if any: its wait throws Aborted, and its failure path
     // tells the peers. Otherwise (or if it does not let go in time) the failure path runs here.
     impl.transport->abort(message);
-    std::unique_lock<std::mutex> lock(impl.exec_mu, std::defer_lock);
+    std::unique_lock<core::ExecMutex> lock(impl.exec_mu, std::defer_lock);
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (!lock.try_lock()) {
       if (impl.failed.load(std::memory_order_acquire) || std::chrono::steady_clock::now() >= until) return;
@@ -810,7 +844,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 }
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                               const CallOptions& opts) {
-  ApiScope api(*impl_, "all_reduce");
+  ApiScope api(*impl_, "all_reduce", Mode::Sync);
   dispatch(*impl_, prepare_all_reduce(*impl_, send, recv, count, type, op, opts), Mode::Sync);
 }
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -824,7 +858,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                              const CallOptions& opts) {
-  ApiScope api(*impl_, "broadcast");
+  ApiScope api(*impl_, "broadcast", Mode::Sync);
   dispatch(*impl_, prepare_broadcast(*impl_, send, recv, count, type, root, opts), Mode::Sync);
 }
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType type, int root,
@@ -838,7 +872,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
                           const CallOptions& opts) {
-  ApiScope api(*impl_, "reduce");
+  ApiScope api(*impl_, "reduce", Mode::Sync);
   dispatch(*impl_, prepare_reduce(*impl_, send, recv, count, type, op, root, opts), Mode::Sync);
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
@@ -852,7 +886,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
 }
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type,
                               const CallOptions& opts) {
-  ApiScope api(*impl_, "all_gather");
+  ApiScope api(*impl_, "all_gather", Mode::Sync);
   dispatch(*impl_, prepare_all_gather(*impl_, send, recv, send_count, type, opts), Mode::Sync);
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t send_count, DataType type,
@@ -866,7 +900,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
 }
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                                   const CallOptions& opts) {
-  ApiScope api(*impl_, "reduce_scatter");
+  ApiScope api(*impl_, "reduce_scatter", Mode::Sync);
   dispatch(*impl_, prepare_reduce_scatter(*impl_, send, recv, recv_count, type, op, opts), Mode::Sync);
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
@@ -880,7 +914,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count_per_pee
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count_per_peer, DataType type,
                               const CallOptions& opts) {
-  ApiScope api(*impl_, "all_to_all");
+  ApiScope api(*impl_, "all_to_all", Mode::Sync);
   dispatch(*impl_, prepare_all_to_all(*impl_, send, recv, count_per_peer, type, opts), Mode::Sync);
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count_per_peer, DataType type,
@@ -894,7 +928,7 @@ void Communicator::gather(const void* send, void* recv, size_t send_count, DataT
 }
 void Communicator::gather(const void* send, void* recv, size_t send_count, DataType type, int root,
                           const CallOptions& opts) {
-  ApiScope api(*impl_, "gather");
+  ApiScope api(*impl_, "gather", Mode::Sync);
   dispatch(*impl_, prepare_gather(*impl_, send, recv, send_count, type, root, opts), Mode::Sync);
 }
 Work Communicator::gather_async(const void* send, void* recv, size_t send_count, DataType type, int root,
@@ -908,7 +942,7 @@ void Communicator::scatter(const void* send, void* recv, size_t recv_count, Data
 }
 void Communicator::scatter(const void* send, void* recv, size_t recv_count, DataType type, int root,
                            const CallOptions& opts) {
-  ApiScope api(*impl_, "scatter");
+  ApiScope api(*impl_, "scatter", Mode::Sync);
   dispatch(*impl_, prepare_scatter(*impl_, send, recv, recv_count, type, root, opts), Mode::Sync);
 }
 Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count, DataType type, int root,
@@ -919,7 +953,7 @@ Work Communicator::scatter_async(const void* send, void* recv, size_t recv_count
 
 void Communicator::barrier() { barrier(CallOptions{}); }
 void Communicator::barrier(const CallOptions& opts) {
-  ApiScope api(*impl_, "barrier");
+  ApiScope api(*impl_, "barrier", Mode::Sync);
   dispatch(*impl_, prepare_barrier(*impl_, opts), Mode::Sync);
 }
 Work Communicator::barrier_async(const CallOptions& opts) {
@@ -977,7 +1011,7 @@ void Communicator::group_end() {
 }
 
 void Communicator::synchronize() {
-  std::unique_lock<std::mutex> lock(impl_->api_mu, std::try_to_lock);
+  std::unique_lock<core::ApiMutex> lock(impl_->api_mu, std::try_to_lock);
   if (!lock.owns_lock()) {
     base::throw_error(ErrorCode::InvalidArgument,
                       "synchronize: another thread is using this communicator; a communicator is used by one thread "
@@ -1012,7 +1046,7 @@ std::string Communicator::automatic_algorithm(std::string_view collective, size_
 
 TrafficCounters Communicator::traffic() const {
   quiesce(*impl_);
-  std::lock_guard<std::mutex> lock(impl_->exec_mu);
+  std::lock_guard<core::ExecMutex> lock(impl_->exec_mu);
   TrafficCounters t;
   t.sent_to = impl_->sent_to;
   t.received_from = impl_->received_from;
@@ -1032,7 +1066,7 @@ TrafficCounters Communicator::traffic() const {
 
 OperationInfo Communicator::last_operation() const {
   quiesce(*impl_);
-  std::lock_guard<std::mutex> lock(impl_->exec_mu);
+  std::lock_guard<core::ExecMutex> lock(impl_->exec_mu);
   const Impl::LastOp& last = impl_->last_op;
   OperationInfo info;
   info.forced = last.forced;
@@ -1058,11 +1092,11 @@ OperationInfo Communicator::last_operation() const {
 // ---------------------------------------------------------------- point to point
 
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
-  ApiScope api(*impl_, "send");
+  ApiScope api(*impl_, "send", Mode::Sync);
   dispatch(*impl_, prepare_p2p(*impl_, true, buf, nullptr, count, type, peer), Mode::Sync);
 }
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
-  ApiScope api(*impl_, "recv");
+  ApiScope api(*impl_, "recv", Mode::Sync);
   dispatch(*impl_, prepare_p2p(*impl_, false, nullptr, buf, count, type, peer), Mode::Sync);
 }
 Work Communicator::send_async(const void* buf, size_t count, DataType type, int peer) {
@@ -1087,7 +1121,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   all_gather(mine, all.data(), 2, DataType::Int64);
   uint64_t split_index;
   {
-    std::lock_guard<std::mutex> lock(impl_->exec_mu);
+    std::lock_guard<core::ExecMutex> lock(impl_->exec_mu);
     split_index = impl_->splits++;
   }
   if (color == kNoColor) return nullptr;

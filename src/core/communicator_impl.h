@@ -17,6 +17,7 @@
 #include "algo/registry.h"
 #include "chorus/communicator.h"
 #include "core/call.h"
+#include "core/call_gate.h"
 #include "core/config.h"
 #include "core/progress.h"
 #include "transport/transport.h"
@@ -46,10 +47,15 @@ struct Communicator::Impl {
   std::string tuning_source;
   bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 
+  // The two locks below share one word (core/call_gate.h), so that a synchronous call takes both with one
+  // locked instruction and gives them back with a plain store.
+  core::CallGate gate;
   // api_mu: held by the caller for one API call (a synchronous call: all of it; an asynchronous one: its
   // checks and enqueue). try_lock on it is the one-thread-at-a-time check. Guards the choice cache, the
   // group being recorded and the creation of the engine.
-  std::mutex api_mu;
+  core::ApiMutex api_mu{gate};
+  // A synchronous call's API scope holds exec_mu too (taken with api_mu, or once the queue has drained).
+  bool api_holds_exec = false;
   int group_depth = 0;
   std::vector<core::Op> group_ops;
   std::shared_ptr<detail::WorkState> group_state;
@@ -57,7 +63,7 @@ struct Communicator::Impl {
 
   // exec_mu: held by the thread executing operations (the progress thread, or a synchronous caller once the
   // queue has drained). It guards everything below, up to `choices`, which the API thread owns.
-  std::mutex exec_mu;
+  core::ExecMutex exec_mu{gate};
   std::vector<std::byte> fusion_buffer;  // staging for fused all_reduces in a group
   uint64_t next_seq = 0;
   // The context every collective runs in: the constant fields set at creation (core::init_op_context), the

@@ -59,7 +59,7 @@ std::set<int> known_dead(Communicator::Impl& impl, const std::vector<int>& exclu
     dead.insert(r);
   }
   if (impl.failed.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(impl.exec_mu);
+    std::lock_guard<core::ExecMutex> lock(impl.exec_mu);
     if (impl.failure) add_culprit(dead, impl.failure->code(), impl.failure->peer(), impl.size);
   }
   for (int r = 0; r < impl.size; ++r) {
@@ -164,8 +164,8 @@ Agreement agree(Communicator::Impl& impl, const char* kind, const std::vector<in
 
 // The one-thread-at-a-time check of a recovery call (it works on a failed communicator, so it does not use the
 // collectives' ApiScope), after which queued operations finish (or fail fast).
-std::unique_lock<std::mutex> enter_recovery(Communicator::Impl& impl, const char* op) {
-  std::unique_lock<std::mutex> api(impl.api_mu, std::try_to_lock);
+std::unique_lock<core::ApiMutex> enter_recovery(Communicator::Impl& impl, const char* op) {
+  std::unique_lock<core::ApiMutex> api(impl.api_mu, std::try_to_lock);
   if (!api.owns_lock()) {
     base::throw_error(ErrorCode::InvalidArgument,
                       fmt::format("{}: another thread is using this communicator; a communicator is used by one "
