@@ -19,7 +19,7 @@ jobs=$(nproc)
 # transports (inproc, tcp, shm) with ranks as threads, abort from another thread, fault injection and the
 # authenticated handshakes. The other tests run more algorithms over the same transports and threads, are
 # single-threaded, or are multi-process; they run under ASan. Keep docs/reliability.md in step.
-TSAN_TESTS=(async_test reducer_test store_test trace_test communicator_test errors_test collectives_test
+TSAN_TESTS=(async_test call_gate_test reducer_test store_test trace_test communicator_test errors_test collectives_test
             fault_injection_test recovery_test auth_test registered_memory_test)
 # Under ASan everything runs but two tests, which the release run covers: InstallAndExternalProject builds an
 # outside, uninstrumented project against the installed library, and such a program cannot load an
