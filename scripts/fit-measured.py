@@ -45,6 +45,10 @@ GENERATIONS = [
     # After a reduce leaf streams to its parent at any size (SenderWork::idle_to_reducer): 2-rank reduce and
     # all_reduce (whose reduce_broadcast runs the binomial reduce) measured twice.
     ["docs/data/algos-s9r", "docs/data/algos-s9r2"],
+    # tcp after all_to_all posting its sends first, the coarse-clock peer check, fewer stores per call and one
+    # locked instruction per call (tenth session): two full tcp runs. With the old tables all_to_all at 3 ranks
+    # chose bruck at small sizes where pairwise had become up to 1.3 times faster.
+    ["docs/data/algos-s10-tcp", "docs/data/algos-s10-tcp2"],
 ]
 
 
