@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -45,30 +47,61 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
   return c;
 }
 
-// Reads every child's output until all exit, or kills them after `limit`.
+// The stacks of every thread of a running process, through gdb when the machine has it (a hang is then
+// reported with where each thread waits); empty otherwise.
+inline std::string thread_stacks(pid_t pid) {
+  if (::access("/usr/bin/gdb", X_OK) != 0) return {};
+  std::string cmd = "/usr/bin/gdb -p " + std::to_string(pid) +
+                    " -batch -nx -ex 'set pagination off' -ex 'thread apply all bt' 2>/dev/null";
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    ::pclose(f);
+  }
+  return out;
+}
+
+// Reads every child's output until all exit, or, after `limit`, reports the ones still running (with their
+// thread stacks) and kills them. Only descriptors that poll marks readable are read, so one silent child
+// cannot block the others or the limit.
 inline void wait_all(std::vector<Child>& children, std::chrono::seconds limit) {
   auto end = std::chrono::steady_clock::now() + limit;
-  size_t open = children.size();
+  size_t open = 0;
+  for (auto& c : children) open += c.out >= 0;
   while (open > 0) {
     std::vector<pollfd> fds;
+    std::vector<Child*> owners;
     for (auto& c : children)
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+      if (c.out >= 0) {
+        fds.push_back({c.out, POLLIN, 0});
+        owners.push_back(&c);
+      }
     int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   end - std::chrono::steady_clock::now())
                                   .count());
     if (ms <= 0) {
-      ADD_FAILURE() << "ranks still running after " << limit.count() << " s: killing them";
+      std::string report;
+      for (size_t i = 0; i < children.size(); ++i) {
+        Child& c = children[i];
+        if (c.out < 0) continue;
+        report += "\n--- child " + std::to_string(i) + " (pid " + std::to_string(c.pid) + ") output so far:\n" +
+                  c.output + "\n--- its threads:\n" + thread_stacks(c.pid);
+      }
+      ADD_FAILURE() << "ranks still running after " << limit.count() << " s: killing them" << report;
       for (auto& c : children) ::kill(c.pid, SIGKILL);
       break;
     }
-    ::poll(fds.data(), fds.size(), ms);
-    for (auto& c : children) {
-      if (c.out < 0) continue;
+    if (::poll(fds.data(), fds.size(), ms) < 0) continue;  // EINTR: poll again
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Child& c = *owners[i];
       char buf[4096];
       ssize_t n = ::read(c.out, buf, sizeof(buf));
       if (n > 0) {
         c.output.append(buf, static_cast<size_t>(n));
-      } else if (n == 0) {
+      } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
         ::close(c.out);
         c.out = -1;
         --open;
@@ -76,7 +109,10 @@ inline void wait_all(std::vector<Child>& children, std::chrono::seconds limit) {
     }
   }
   for (auto& c : children) {
-    if (c.out >= 0) ::close(c.out);
+    if (c.out >= 0) {
+      ::close(c.out);
+      c.out = -1;
+    }
     ::waitpid(c.pid, &c.status, 0);
   }
 }
