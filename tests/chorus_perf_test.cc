@@ -22,9 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "subprocess.h"
+
 namespace {
 
 using ::testing::HasSubstr;
+using chorus::testing::ExecImage;
 
 constexpr const char* kChorusRun = CHORUS_BIN_DIR "/chorus-run";
 constexpr const char* kChorusPerf = CHORUS_BIN_DIR "/chorus-perf";
@@ -42,9 +45,7 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
   int out[2], err[2];
   EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  const ExecImage image(argv, env);
   pid_t pid = ::fork();
   if (pid == 0) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
@@ -52,9 +53,7 @@ Result run(const std::vector<std::string>& argv, const std::vector<std::string>&
     ::dup2(err[1], 2);
     int null = ::open("/dev/null", O_RDONLY);
     ::dup2(null, 0);
-    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    image.exec();
   }
   ::close(out[1]);
   ::close(err[1]);

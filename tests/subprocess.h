@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace chorus::testing {
@@ -24,10 +25,43 @@ struct Child {
   int status = -1;
 };
 
+// What a child needs to exec, built before fork(): a test process has threads (a store server, say), and
+// one of them may hold the allocator's lock at the fork, so the child may only make async-signal-safe
+// calls (dup2, execve, _exit) between fork and exec, and must not allocate or touch the environment.
+class ExecImage {
+ public:
+  // argv[0] is the program's path; `env` (KEY=VALUE) is added to this process's environment, replacing a
+  // variable of the same name.
+  ExecImage(const std::vector<std::string>& argv, const std::vector<std::string>& env) : args_(argv), env_(env) {
+    for (std::string& a : args_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    for (char** e = environ; *e; ++e) {
+      const std::string_view kv(*e);
+      const std::string_view key = kv.substr(0, kv.find('='));
+      bool replaced = false;
+      for (const std::string& add : env_) replaced |= add.size() > key.size() && add.compare(0, key.size(), key) == 0 &&
+                                                     add[key.size()] == '=';
+      if (!replaced) envp_.push_back(*e);
+    }
+    for (std::string& kv : env_) envp_.push_back(kv.data());
+    envp_.push_back(nullptr);
+  }
+  // In the child: replaces the process, or exits with 127.
+  [[noreturn]] void exec() const noexcept {
+    ::execve(argv_[0], argv_.data(), envp_.data());
+    ::_exit(127);
+  }
+
+ private:
+  std::vector<std::string> args_, env_;
+  std::vector<char*> argv_, envp_;
+};
+
 // Starts argv[0] with `env` (KEY=VALUE) added to this process's environment; its stdout (and stderr when
 // merge_stderr) goes to a pipe that wait_all reads.
 inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                    bool merge_stderr = false) {
+  const ExecImage image(argv, env);
   int fds[2];
   EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   Child c;
@@ -35,12 +69,7 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
   if (c.pid == 0) {
     ::dup2(fds[1], STDOUT_FILENO);
     if (merge_stderr) ::dup2(fds[1], STDERR_FILENO);
-    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+    image.exec();
   }
   ::close(fds[1]);
   c.out = fds[0];
