@@ -201,9 +201,18 @@ TEST_P(Errors, ASecondThreadInTheSameCommunicatorIsRefused) {
       while (!in_recv) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::string msg = expect_error(ErrorCode::InvalidArgument, [&] { comm.barrier(); });
-      EXPECT_NE(msg.find("another thread"), std::string::npos) << msg;
-      // Refused too: thread A still holds the communicator.
+      EXPECT_NE(msg.find("barrier: another thread"), std::string::npos) << msg;
+      // Refused too, each naming itself: thread A still holds the communicator. Synchronous, asynchronous,
+      // synchronize and recovery calls take the same check.
       expect_error(ErrorCode::InvalidArgument, [&] { comm.send(std::vector<int32_t>{1}, 1); });
+      std::vector<int32_t> w(4, 1);
+      msg = expect_error(ErrorCode::InvalidArgument, [&] { comm.all_reduce_async(w.data(), w.data(), w.size(), DataType::Int32, ReduceOp::Sum); });
+      EXPECT_NE(msg.find("all_reduce: another thread"), std::string::npos) << msg;
+      msg = expect_error(ErrorCode::InvalidArgument, [&] { comm.synchronize(); });
+      EXPECT_NE(msg.find("synchronize: another thread"), std::string::npos) << msg;
+      msg = expect_error(ErrorCode::InvalidArgument, [&] { comm.shrink({1}); });
+      EXPECT_NE(msg.find("shrink: another thread"), std::string::npos) << msg;
+      EXPECT_EQ(w, std::vector<int32_t>(4, 1)) << "a refused call touched its buffer";
       a.join();
       EXPECT_FALSE(comm.failed());
     } else {

@@ -41,13 +41,6 @@ inline void throw_if_failed(const Communicator::Impl& impl, const char* op) {
 
 enum class Mode { Sync, Async };
 
-[[noreturn]] [[gnu::noinline]] void throw_busy(const char* op) {
-  base::throw_error(ErrorCode::InvalidArgument,
-                    fmt::format("{}: another thread is using this communicator; a communicator is used by one "
-                                "thread at a time",
-                                op));
-}
-
 // One API call: the one-thread-at-a-time check (api_mu, held for the call) and the failure check. A
 // synchronous call holds it until it returns, together with exec_mu where that is free (one locked
 // instruction for both; see core/call_gate.h); an asynchronous one holds api_mu while it checks and queues.
@@ -56,10 +49,10 @@ class ApiScope {
   ApiScope(Communicator::Impl& impl, const char* op, Mode mode = Mode::Async) : impl_(impl), log_tag_(&impl.label) {
     if (mode == Mode::Sync) {
       bool exec = false;
-      if (!impl.gate.try_lock_both(&exec)) throw_busy(op);
+      if (!impl.gate.try_lock_both(&exec)) core::throw_busy(op);
       impl.api_holds_exec = exec;
     } else if (!impl.gate.try_lock_api()) {
-      throw_busy(op);
+      core::throw_busy(op);
     }
     if (impl.failed.load(std::memory_order_acquire)) [[unlikely]] {
       release();
@@ -83,6 +76,24 @@ class ApiScope {
   Communicator::Impl& impl_;
   base::LogTag log_tag_;
 };
+
+// EXEC for a synchronous call, once everything queued before it has run. Its ApiScope usually took EXEC
+// with API; if operations are still queued, the progress thread needs EXEC to run them, so the call gives it
+// back, waits for the queue to drain and takes it again. Either way impl.api_holds_exec is then true, and the
+// call's ApiScope gives EXEC back when the call returns.
+void hold_exec_for_sync_call(Communicator::Impl& impl) {
+  if (impl.engine && !impl.engine->idle()) {
+    if (impl.api_holds_exec) {
+      impl.api_holds_exec = false;
+      impl.gate.unlock_exec();
+    }
+    impl.engine->drain();
+  }
+  if (!impl.api_holds_exec) {
+    impl.gate.lock_exec();
+    impl.api_holds_exec = true;
+  }
+}
 
 Error fail(Communicator::Impl& impl, const char* op, const Error& original) {
   return core::fail_communicator(impl, op, original);
@@ -500,18 +511,7 @@ void submit_task(Communicator::Impl& impl, const char* name, std::shared_ptr<det
 template <class Call>
 Work dispatch(Communicator::Impl& impl, Call&& call, Mode mode) {
   if (mode == Mode::Sync && impl.group_depth == 0) {
-    // exec_mu: usually taken with api_mu by the call's ApiScope, and kept until the call returns.
-    if (impl.engine && !impl.engine->idle()) {
-      if (impl.api_holds_exec) {
-        impl.api_holds_exec = false;
-        impl.gate.unlock_exec();  // the progress thread needs it to run what is queued
-      }
-      impl.engine->drain();
-    }
-    if (!impl.api_holds_exec) {
-      impl.gate.lock_exec();
-      impl.api_holds_exec = true;
-    }
+    hold_exec_for_sync_call(impl);
     if constexpr (std::is_same_v<std::decay_t<Call>, CollCall>) {
       throw_if_failed(impl, call.op_name);  // something queued before this call may have failed
       execute_collective(impl, call);
@@ -705,6 +705,20 @@ P2PCall prepare_p2p(const Communicator::Impl& impl, bool is_send, const void* se
 // ---------------------------------------------------------------- failure records
 
 namespace core {
+// Out of line and cold: the synchronous calls' hot path only tests a bit before it.
+[[noreturn]] [[gnu::noinline]] [[gnu::cold]] void throw_busy(const char* op) {
+  base::throw_error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: another thread is using this communicator; a communicator is used by one "
+                                "thread at a time",
+                                op));
+}
+
+std::unique_lock<ApiMutex> enter_api(Communicator::Impl& impl, const char* op) {
+  std::unique_lock<ApiMutex> api(impl.api_mu, std::try_to_lock);
+  if (!api.owns_lock()) throw_busy(op);
+  return api;
+}
+
 Error fail_communicator(Communicator::Impl& impl, const char* op, const Error& original) {
   Error e = impl.explain(original);
   impl.failure.emplace(e);
@@ -1011,12 +1025,7 @@ void Communicator::group_end() {
 }
 
 void Communicator::synchronize() {
-  std::unique_lock<core::ApiMutex> lock(impl_->api_mu, std::try_to_lock);
-  if (!lock.owns_lock()) {
-    base::throw_error(ErrorCode::InvalidArgument,
-                      "synchronize: another thread is using this communicator; a communicator is used by one thread "
-                      "at a time");
-  }
+  auto api = core::enter_api(*impl_, "synchronize");
   quiesce(*impl_);
 }
 

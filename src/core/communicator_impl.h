@@ -124,6 +124,12 @@ struct Communicator::Impl {
 };
 
 namespace core {
+// The one-thread-at-a-time refusal: InvalidArgument naming `op`, thrown when another thread is inside a
+// call on the same communicator. Nothing has been sent.
+[[noreturn]] void throw_busy(const char* op);
+// api_mu alone, for the calls that do not take an ApiScope (synchronize, and the recovery calls, which work
+// on a failed communicator); throw_busy's error when another thread holds it.
+std::unique_lock<ApiMutex> enter_api(Communicator::Impl& impl, const char* op);
 // Makes `e` the communicator's failure: records it in the store for the peers and tells every reachable
 // peer through the transport. The caller holds exec_mu. Returns the error to throw (explained: a lost peer
 // that failed first is named with its own cause).

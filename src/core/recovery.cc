@@ -165,13 +165,7 @@ Agreement agree(Communicator::Impl& impl, const char* kind, const std::vector<in
 // The one-thread-at-a-time check of a recovery call (it works on a failed communicator, so it does not use the
 // collectives' ApiScope), after which queued operations finish (or fail fast).
 std::unique_lock<core::ApiMutex> enter_recovery(Communicator::Impl& impl, const char* op) {
-  std::unique_lock<core::ApiMutex> api(impl.api_mu, std::try_to_lock);
-  if (!api.owns_lock()) {
-    base::throw_error(ErrorCode::InvalidArgument,
-                      fmt::format("{}: another thread is using this communicator; a communicator is used by one "
-                                  "thread at a time",
-                                  op));
-  }
+  auto api = core::enter_api(impl, op);
   if (impl.engine) impl.engine->drain();
   return api;
 }
