@@ -3,7 +3,9 @@
 // slices, in place and out of place. Results are checked against a serial reference computed here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -88,6 +90,21 @@ class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
   }
 };
 
+// The matrix computes inputs and references once per residue of the element index; that holds only while
+// the value functions repeat with the periods test_util.h states.
+TEST(TestInputs, RepeatWithThePeriodsTheMatrixAssumes) {
+  for (DataType t : all_dtypes()) {
+    for (int r = 0; r < 16; ++r) {
+      const size_t mp = movement_period(t);
+      for (size_t i = 0; i < 3 * mp; ++i) ASSERT_EQ(movement_value(t, r, i), movement_value(t, r, i + mp)) << i;
+      for (ReduceOp op : all_ops()) {
+        const size_t ip = input_period(op);
+        for (size_t i = 0; i < 3 * ip; ++i) ASSERT_EQ(input_value(t, op, r, i), input_value(t, op, r, i + ip)) << i;
+      }
+    }
+  }
+}
+
 TEST_P(CollectiveMatrix, MatchesSerialReference) {
   const MatrixParam p = GetParam();
   const int n = p.world_size;
@@ -110,6 +127,22 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                                   : p.large  ? std::vector<ReduceOp>{ReduceOp::Sum, ReduceOp::Avg}
                                              : all_ops();
       for (ReduceOp op : ops) {
+        // Every rank's input values and the serial reference reduction, once per residue of the element
+        // index (input_period, movement_period): the 16-rank cases spent most of their time recomputing
+        // them for every element.
+        const size_t period = reducing ? input_period(op) : movement_period(t);
+        std::vector<double> inputs(static_cast<size_t>(n) * period), references(reducing ? period : 0);
+        for (int q = 0; q < n; ++q) {
+          for (size_t j = 0; j < period; ++j) {
+            inputs[static_cast<size_t>(q) * period + j] =
+                reducing ? input_value(t, op, q, j) : movement_value(t, q, j);
+          }
+        }
+        for (size_t j = 0; j < references.size(); ++j) {
+          std::vector<double> column(static_cast<size_t>(n));
+          for (int q = 0; q < n; ++q) column[static_cast<size_t>(q)] = inputs[static_cast<size_t>(q) * period + j];
+          references[j] = reference_reduce(t, op, column);
+        }
         for (size_t count : counts_for(n, p.large)) {
           for (bool in_place : {false, true}) {
             int root = static_cast<int>((count + static_cast<size_t>(t) + (in_place ? 1 : 0)) % static_cast<size_t>(n));
@@ -117,19 +150,20 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                                std::string(to_string(t)) + (reducing ? " " + std::string(to_string(op)) : "") +
                                " count " + std::to_string(count) + (in_place ? " in-place" : " out-of-place") +
                                " root " + std::to_string(root);
-            auto in_val = [&](int rank, size_t i) {
-              return reducing ? input_value(t, op, rank, i) : movement_value(t, rank, i);
-            };
-            thread_local std::vector<double> vals;  // reused: the reference runs for every element
-            auto reduce_at = [&](auto&& elem_of_rank) {
-              vals.resize(static_cast<size_t>(n));
-              for (int q = 0; q < n; ++q) vals[static_cast<size_t>(q)] = elem_of_rank(q);
-              return reference_reduce(t, op, vals);
+            auto in_val = [&](int rank, size_t i) { return inputs[static_cast<size_t>(rank) * period + i % period]; };
+            auto reduced = [&](size_t i) { return references[i % period]; };  // over all ranks' element i
+            // This rank's first `elems` input elements: one period encoded, then copied along.
+            auto fill_inputs = [&](char* buf, size_t elems) {
+              const size_t block = std::min(elems, period) * es;
+              for (size_t j = 0; j < std::min(elems, period); ++j) store_value(t, buf, j, in_val(r, j));
+              for (size_t off = block; off < elems * es; off += block) {
+                std::memcpy(buf + off, buf, std::min(block, elems * es - off));
+              }
             };
             switch (p.coll) {
               case Coll::AllReduce: {
                 std::vector<char> in(count * es), out(count * es, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (in_place) {
                   comm.all_reduce(in.data(), in.data(), count, t, op);
                   out = in;
@@ -137,12 +171,12 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                   comm.all_reduce(in.data(), out.data(), count, t, op);
                 }
                 expect_elements(t, out.data(), count,
-                                [&](size_t i) { return reduce_at([&](int q) { return in_val(q, i); }); }, what);
+                                reduced, what);
                 break;
               }
               case Coll::Reduce: {
                 std::vector<char> in(count * es), out(count * es, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (in_place) {
                   comm.reduce(in.data(), in.data(), count, t, op, root);
                   out = in;
@@ -151,13 +185,13 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                 }
                 if (r == root) {
                   expect_elements(t, out.data(), count,
-                                  [&](size_t i) { return reduce_at([&](int q) { return in_val(q, i); }); }, what);
+                                  reduced, what);
                 }
                 break;
               }
               case Coll::ReduceScatter: {
                 std::vector<char> in(count * es * n), out(count * es, 0x5a);
-                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count * n);
                 if (in_place) {
                   char* mine = in.data() + static_cast<size_t>(r) * count * es;
                   comm.reduce_scatter(in.data(), mine, count, t, op);
@@ -165,14 +199,13 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                 } else {
                   comm.reduce_scatter(in.data(), out.data(), count, t, op);
                 }
-                expect_elements(t, out.data(), count, [&](size_t i) {
-                  return reduce_at([&](int q) { return in_val(q, static_cast<size_t>(r) * count + i); });
-                }, what);
+                expect_elements(t, out.data(), count,
+                                [&](size_t i) { return reduced(static_cast<size_t>(r) * count + i); }, what);
                 break;
               }
               case Coll::Broadcast: {
                 std::vector<char> in(count * es), out(count * es, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (in_place) {
                   if (r == root) out = in;
                   comm.broadcast(out.data(), out.data(), count, t, root);
@@ -184,7 +217,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
               }
               case Coll::AllGather: {
                 std::vector<char> in(count * es), out(count * es * n, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (in_place) {
                   char* mine = out.data() + static_cast<size_t>(r) * count * es;
                   if (count) std::memcpy(mine, in.data(), count * es);
@@ -199,7 +232,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
               }
               case Coll::AllToAll: {
                 std::vector<char> in(count * es * n), out(count * es * n, 0x5a);
-                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count * n);
                 if (in_place) {
                   comm.all_to_all(in.data(), in.data(), count, t);
                   out = in;
@@ -215,7 +248,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
               }
               case Coll::Gather: {
                 std::vector<char> in(count * es), out(count * es * n, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (in_place && r == root) {
                   char* mine = out.data() + static_cast<size_t>(r) * count * es;
                   if (count) std::memcpy(mine, in.data(), count * es);
@@ -233,7 +266,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
               }
               case Coll::Scatter: {
                 std::vector<char> in(count * es * n), out(count * es, 0x5a);
-                for (size_t i = 0; i < count * n; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count * n);
                 if (in_place && r == root) {
                   char* mine = in.data() + static_cast<size_t>(r) * count * es;
                   comm.scatter(in.data(), mine, count, t, root);
@@ -262,7 +295,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                 // A ring of messages: even ranks send first, odd ranks receive first.
                 int to = (r + 1) % n, from = (r + n - 1) % n;
                 std::vector<char> in(count * es), out(count * es, 0x5a);
-                for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, in_val(r, i));
+                fill_inputs(in.data(), count);
                 if (r % 2 == 0) {
                   comm.send(in.data(), count, t, to);
                   comm.recv(out.data(), count, t, from);

@@ -178,6 +178,19 @@ inline double movement_value(DataType t, int rank, size_t i) {
   return static_cast<double>((static_cast<size_t>(rank) * 37 + i * 11 + 1) % range);
 }
 
+// input_value(t, op, rank, i) and movement_value(t, rank, i) depend on the element index only through
+// i % period, for every rank: tests with many elements compute each value (and each reference reduction)
+// once per residue and look the rest up. Keep these in step with the functions above (collectives_test
+// checks that the values repeat with these periods).
+inline size_t input_period(ReduceOp op) {
+  if (op == ReduceOp::Prod) return 4;
+  if (op == ReduceOp::Min || op == ReduceOp::Max) return 23;
+  return 5;
+}
+inline size_t movement_period(DataType t) {
+  return (t == DataType::Int8 || t == DataType::UInt8) ? 100 : (t == DataType::BFloat16 ? 200 : 2000);
+}
+
 // The reduction of `vals` as the library defines it (see ReduceOp), rounded to the type.
 inline double reference_reduce(DataType t, ReduceOp op, const std::vector<double>& vals) {
   double acc = vals[0];
