@@ -141,14 +141,18 @@ TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
     if (r == 0) fill(a, 0, 1); else std::fill(a.begin(), a.end(), -1.0f);
     comm.broadcast(a.data(), a.data(), count, DataType::Float32, 0);
     expect(a, 0, 1, "in-place broadcast");
-    if (r == 1) EXPECT_EQ(attach_reads() - before > 0, !streams) << "in-place broadcast";
+    if (r == 1) {
+      EXPECT_EQ(attach_reads() - before > 0, !streams) << "in-place broadcast";
+    }
 
     // Queued (an _async call), the operation runs while the caller may compute: the root is not idle.
     before = attach_reads();
     if (r == 0) fill(a, 0, 6); else std::fill(a.begin(), a.end(), -1.0f);
     comm.broadcast_async(a.data(), a.data(), count, DataType::Float32, 0).wait();
     expect(a, 0, 6, "queued in-place broadcast");
-    if (r == 1) EXPECT_GT(attach_reads() - before, 0u) << "queued in-place broadcast";
+    if (r == 1) {
+      EXPECT_GT(attach_reads() - before, 0u) << "queued in-place broadcast";
+    }
 
     // Out of place, the root copies into its own output meanwhile: busy, so the receiver reads.
     before = attach_reads();
@@ -156,7 +160,9 @@ TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
     std::fill(b.begin(), b.end(), -1.0f);
     comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0);
     expect(b, 0, 2, "out-of-place broadcast");
-    if (r == 1) EXPECT_GT(attach_reads() - before, 0u) << "out-of-place broadcast";
+    if (r == 1) {
+      EXPECT_GT(attach_reads() - before, 0u) << "out-of-place broadcast";
+    }
 
     // A reduce's leaf is idle and its parent reduces what it receives: from the ring in one pass rather than
     // a copy by cross-memory attach and a pass, so the leaf streams whatever the threshold (unless 0).
