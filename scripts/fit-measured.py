@@ -49,6 +49,10 @@ GENERATIONS = [
     # locked instruction per call (tenth session): two full tcp runs. With the old tables all_to_all at 3 ranks
     # chose bruck at small sizes where pairwise had become up to 1.3 times faster.
     ["docs/data/algos-s10-tcp", "docs/data/algos-s10-tcp2"],
+    # shm after one locked instruction per call (tenth session), on the eleventh session's machine: two full shm
+    # runs. With the older tables 4-rank broadcast chose binomial from 8 to 256 B where the chain had become
+    # 1.3-1.5 times faster (15/24 sizes within 10%).
+    ["docs/data/algos-s11-shm1", "docs/data/algos-s11-shm"],
 ]
 
 
