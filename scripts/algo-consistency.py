@@ -21,7 +21,17 @@ in turn is held out, a choice per size is made from the others (by the minimax r
 geometric mean of each algorithm's times, which is how scripts/fit-measured.py combines runs), and the
 held-out run's ratio for that choice is counted.
 
-  scripts/algo-consistency.py [--detail] [--cross-validate] DIR DIR [DIR...]
+With --choices it times a given table in every run instead: the automatic choices that chorus-tune prints
+for the sweeps' shapes, for example those of the tables built into the library now:
+
+  for n in 2 3 4 8; do
+    scripts/algo-consistency.py --shapes $n DIR... > shapes-$n.txt
+    CHORUS_TRANSPORT=shm build/bin/chorus-run -n $n --no-prefix -- build/bin/chorus-tune --choices-for shapes-$n.txt
+  done > choices-shm.txt
+  scripts/algo-consistency.py --choices choices-shm.txt DIR...
+
+  scripts/algo-consistency.py [--detail] [--cross-validate] [--choices FILE]... DIR DIR [DIR...]
+  scripts/algo-consistency.py --shapes N DIR [DIR...]
 
 Each DIR holds one sweep's tables (algos-<transport>-<coll>-<N>ranks.txt) of one transport.
 """
@@ -41,6 +51,9 @@ summary = import_module("algo-summary")
 COLLS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"]
 
 
+COUNTS = {}  # (coll, n, size) -> element count of that row, as the sweeps ran it
+
+
 def load(dirs):
     """(transport, coll, n) -> size -> [per run: (forced times dict, auto's algorithm)]."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -50,6 +63,10 @@ def load(dirs):
             sys.exit(f"no algos-*-*-*ranks.txt tables in {d}")
         for path in paths:
             m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", os.path.basename(path))
+            for line in open(path):
+                f = line.split()
+                if len(f) > 1 and f[0].isdigit() and f[1].isdigit():
+                    COUNTS[(m.group(2), int(m.group(3)), int(f[0]))] = int(f[1])
             _, rows = summary.parse(path)
             for size, times, _, auto_algo in rows:
                 times = {a: t for a, t in times.items() if t > 0}
@@ -87,17 +104,67 @@ def cross_validate(runs, nruns):
     return out
 
 
+def read_choices(paths):
+    """(transport, coll, n, count) -> algorithm, from chorus-tune --choices-for output (prefixes "[r] " allowed)."""
+    out = {}
+    for path in paths:
+        transport = n = None
+        for line in open(path):
+            line = re.sub(r"^\[\d+\] ", "", line.strip())
+            m = re.match(r"# chorus-tune choices: (\w+), (\d+) ranks", line)
+            if m:
+                transport, n = m.group(1), int(m.group(2))
+                continue
+            f = line.split()
+            if len(f) == 3 and f[1].isdigit() and transport:
+                out[(transport, f[0], n, int(f[1]))] = f[2]
+    return out
+
+
+def time_choices(runs, nruns, choices):
+    """Per run: how many sizes the given choices put beyond 10% and 25% of the fastest; and sizes looked up."""
+    beyond10, beyond25, found = [0] * nruns, [0] * nruns, 0
+    for (transport, coll, n), by_size in runs.items():
+        for size, per_run in by_size.items():
+            algo = choices.get((transport, coll, n, COUNTS.get((coll, n, size))))
+            if algo is None or len(per_run) != nruns:
+                continue
+            found += 1
+            for r, (t, _) in enumerate(per_run):
+                ratio = t[algo] / min(t.values())
+                beyond10[r] += ratio > 1.10
+                beyond25[r] += ratio > 1.25
+    return beyond10, beyond25, found
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--detail", action="store_true", help="list every size where auto missed 10%%")
     ap.add_argument("--cross-validate", action="store_true",
                     help="hold each run out in turn and time the other runs' choices in it")
+    ap.add_argument("--choices", action="append", metavar="FILE",
+                    help="chorus-tune --choices-for output (repeatable): time these choices in every run")
+    ap.add_argument("--shapes", type=int, metavar="N",
+                    help="print the sweeps' (collective, count) pairs at N ranks, for chorus-tune --choices-for")
     ap.add_argument("dirs", nargs="+")
     args = ap.parse_args()
-    if len(args.dirs) < 2:
-        sys.exit("give at least two sweeps of the same code")
     runs = load(args.dirs)
     nruns = len(args.dirs)
+    if args.shapes:
+        print(f"# the shapes of {nruns} sweep(s) at {args.shapes} ranks: collective count")
+        for coll, n, size in sorted(COUNTS, key=lambda k: (COLLS.index(k[0]), k[2])):
+            if n == args.shapes and size > 0:
+                print(coll, COUNTS[(coll, n, size)])
+        return
+    if args.choices:
+        beyond10, beyond25, found = time_choices(runs, nruns, read_choices(args.choices))
+        if not found:
+            sys.exit("no size of the sweeps has a choice in the --choices files")
+        print(f"The given choices at {found} sizes, per run: beyond 10% " + ", ".join(map(str, beyond10))
+              + "; beyond 25% " + ", ".join(map(str, beyond25)))
+        return
+    if len(args.dirs) < 2:
+        sys.exit("give at least two sweeps of the same code")
     print("| collective | ranks | sizes | a table within 10% of every run exists | within 25% | "
           "auto beyond 10% per run (of them, where such a table exists) | auto beyond 25% per run |")
     print("|---|---|---|---|---|---|---|")

@@ -61,6 +61,30 @@ class Consistency(unittest.TestCase):
         self.assertEqual(algo, "binomial")
         self.assertAlmostEqual(m, 1.0 / 0.9)
 
+    def test_given_choices_are_timed_in_every_run(self):
+        header = "# Algorithms of broadcast: binomial, chain\n"
+        dirs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for r, (b, c) in enumerate([(1.0, 2.0), (1.0, 1.2), (1.3, 1.0)]):  # binomial, chain at 64 B (16 floats)
+                d = os.path.join(tmp, f"run{r}")
+                os.mkdir(d)
+                dirs.append(d)
+                with open(os.path.join(d, "algos-tcp-broadcast-2ranks.txt"), "w") as f:
+                    f.write(header + f"64 16 float none 0 {b} {c} {min(b, c)} chain 1.00 x 0\n")
+            runs = consistency.load(dirs)
+            choices = os.path.join(tmp, "choices.txt")
+            with open(choices, "w") as f:  # as chorus-run prints it without --no-prefix
+                f.write("[0] # chorus-tune choices: tcp, 2 ranks\n[0] broadcast 16 binomial\n")
+            table = consistency.read_choices([choices])
+        self.assertEqual(table, {("tcp", "broadcast", 2, 16): "binomial"})
+        beyond10, beyond25, found = consistency.time_choices(runs, 3, table)
+        self.assertEqual(found, 1)
+        self.assertEqual(beyond10, [0, 0, 1])  # run 2: 1.3 / 1.0
+        self.assertEqual(beyond25, [0, 0, 1])
+        # A table for another world size, or another transport, times nothing.
+        self.assertEqual(consistency.time_choices(runs, 3, {("shm", "broadcast", 2, 16): "binomial"})[2], 0)
+        self.assertEqual(consistency.time_choices(runs, 3, {("tcp", "broadcast", 4, 16): "binomial"})[2], 0)
+
     def test_geomean_choice_matches_the_brute_force(self):
         rng = random.Random(5)
         for _ in range(100):

@@ -302,6 +302,62 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   std::remove(path.c_str());
 }
 
+// chorus-tune --choices-for measures nothing and prints, for each "collective count" line, the choice the
+// library makes under the tuning in force: here a file whose measured tables make the chain the fastest
+// broadcast from 1 KiB to 1 MiB, and the library's own automatic_algorithm as the reference for every line.
+TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing) {
+  std::string tuning = temp_path("choices-tuning"), shapes = temp_path("choices-shapes");
+  write_file(tuning, R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": 1000,
+      "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]},
+        "broadcast/hierarchical": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]}}}]}})");
+  const std::vector<std::pair<std::string, size_t>> lines = {
+      {"broadcast", 65536}, {"broadcast", 4}, {"allreduce", 1000}, {"alltoall", 1}, {"reduce_scatter", 8}};
+  std::string text = "# collective count\n\n";
+  for (const auto& [coll, count] : lines) text += fmt::format("{} {}\n", coll, count);
+  write_file(shapes, text);
+  auto run_tool = [&](const std::string& file) {
+    std::vector<Child> job{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--no-prefix", "--",
+                                  std::string(CHORUS_BIN_DIR) + "/chorus-tune", "--choices-for", file},
+                                 {"CHORUS_TRANSPORT=tcp", "CHORUS_TUNING_FILE=" + tuning}, true)};
+    wait_all(job, std::chrono::seconds(120));
+    return job[0];
+  };
+  Child ok = run_tool(shapes);
+  ASSERT_TRUE(WIFEXITED(ok.status) && WEXITSTATUS(ok.status) == 0) << ok.output;
+  EXPECT_NE(ok.output.find("# chorus-tune choices: tcp, 2 ranks"), std::string::npos) << ok.output;
+  EXPECT_EQ(ok.output.find("alpha_us"), std::string::npos) << "it measured: " << ok.output;
+  EXPECT_NE(ok.output.find("broadcast 65536 chain\n"), std::string::npos) << ok.output;  // the measured table
+
+  std::vector<std::string> expected;
+  ::setenv("CHORUS_TUNING_FILE", tuning.c_str(), 1);
+  CommOptions options;
+  options.transport = TransportKind::Tcp;
+  run_world(2, options, [&](Communicator& comm) {
+    if (comm.rank() != 0) return;
+    for (const auto& [coll, count] : lines) {
+      expected.push_back(fmt::format("{} {} {}\n", coll, count, comm.automatic_algorithm(coll, count, DataType::Float32)));
+    }
+  });
+  ::unsetenv("CHORUS_TUNING_FILE");
+  ASSERT_EQ(expected.size(), lines.size());
+  for (const std::string& line : expected) EXPECT_NE(ok.output.find(line), std::string::npos) << line << ok.output;
+
+  // A malformed line is named, and so is an unknown collective; every rank still finishes.
+  write_file(shapes, "allreduce 8\nallreduce eight\n");
+  Child malformed = run_tool(shapes);
+  EXPECT_TRUE(WIFEXITED(malformed.status) && WEXITSTATUS(malformed.status) != 0) << malformed.output;
+  EXPECT_NE(malformed.output.find(":2: expected \"collective count\""), std::string::npos) << malformed.output;
+  write_file(shapes, "gossip 8\n");
+  Child unknown = run_tool(shapes);
+  EXPECT_TRUE(WIFEXITED(unknown.status) && WEXITSTATUS(unknown.status) != 0) << unknown.output;
+  EXPECT_NE(unknown.output.find("unknown collective 'gossip'"), std::string::npos) << unknown.output;
+  std::remove(tuning.c_str());
+  std::remove(shapes.c_str());
+}
+
 TEST(Calibration, NeedsTwoRanks) {
   run_world(1, CommOptions{}, [](Communicator& comm) {
     try {

@@ -2,14 +2,60 @@
 // tuning file (CHORUS_TUNING_FILE loads it), and shows how they change the automatic algorithm choices.
 //
 //   chorus-run -n 2 -- chorus-tune -o tuning.json
+//   chorus-run -n 2 -- chorus-tune --choices-for SHAPES    no measuring: the automatic choice for each
+//                                                          "collective count" line of SHAPES (float32)
 #include <chorus/chorus.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+namespace {
+
+// Prints, on rank 0, "collective count algorithm" for each "collective count" line of `path` (blank lines and
+// lines starting with '#' are skipped): the choice this communicator makes under its tuning, as
+// Communicator::automatic_algorithm gives it. Returns the exit status.
+int print_choices(chorus::Communicator& comm, const std::string& path) {
+  int status = 0;
+  if (comm.rank() == 0) {
+    std::ifstream in(path);
+    if (!in) {
+      std::fprintf(stderr, "chorus-tune: cannot read %s\n", path.c_str());
+      status = 2;
+    }
+    std::printf("# chorus-tune choices: %s, %d ranks\n", std::string(comm.transport_name()).c_str(), comm.size());
+    std::string line;
+    for (int number = 1; status == 0 && std::getline(in, line); ++number) {
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream fields(line);
+      std::string collective;
+      long long count = -1;
+      if (!(fields >> collective >> count) || count < 0) {
+        std::fprintf(stderr, "chorus-tune: %s:%d: expected \"collective count\", got \"%s\"\n", path.c_str(),
+                     number, line.c_str());
+        status = 2;
+        break;
+      }
+      try {
+        std::string algorithm = comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32);
+        std::printf("%s %lld %s\n", collective.c_str(), count, algorithm.c_str());
+      } catch (const chorus::Error& e) {  // an unknown collective: say which line, and let every rank finish
+        std::fprintf(stderr, "chorus-tune: %s:%d: %s\n", path.c_str(), number, e.what());
+        status = 1;
+      }
+    }
+    std::fflush(stdout);
+  }
+  comm.barrier();
+  return status;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Measure alpha, overhead, beta and gamma for Chorus's cost model; run under chorus-run -n N (N >= 2)"};
@@ -26,10 +72,15 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-algorithms", algorithms, "only measure the link, do not time and fit every algorithm");
   app.add_option("--max-bytes", max_bytes, "largest probe when fitting algorithms")
       ->check(CLI::Range(size_t{4096}, size_t{1} << 30));
+  std::string choices_for;
+  app.add_option("--choices-for", choices_for,
+                 "measure nothing: print the automatic choice for each \"collective count\" line of this file")
+      ->excludes("--output");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto comm = chorus::Communicator::from_env();
+    if (!choices_for.empty()) return print_choices(*comm, choices_for);
     chorus::CalibrationOptions opts;
     opts.iterations = iterations;
     opts.large_bytes = large;
