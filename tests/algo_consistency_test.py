@@ -8,6 +8,7 @@ of each algorithm's times.
 import itertools
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -15,6 +16,7 @@ from importlib import import_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 consistency = import_module("algo-consistency")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-consistency.py")
 
 
 def brute_minimax(runs, size):
@@ -84,6 +86,16 @@ class Consistency(unittest.TestCase):
         # A table for another world size, or another transport, times nothing.
         self.assertEqual(consistency.time_choices(runs, 3, {("shm", "broadcast", 2, 16): "binomial"})[2], 0)
         self.assertEqual(consistency.time_choices(runs, 3, {("tcp", "broadcast", 4, 16): "binomial"})[2], 0)
+
+    def test_shapes_lists_the_counts_the_sweeps_ran_at_one_world_size(self):
+        header = "# Algorithms of allgather: ring, bruck\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            for n, rows in ((3, ["24 2", "48 4"]), (2, ["16 2"])):
+                with open(os.path.join(tmp, f"algos-shm-allgather-{n}ranks.txt"), "w") as f:
+                    f.write(header + "".join(f"{r} float none -1 1.0 2.0 1.0 ring 1.00 ring 0\n" for r in rows))
+            out = subprocess.run([sys.executable, SCRIPT, "--shapes", "3", tmp], capture_output=True, text=True,
+                                 check=True).stdout
+        self.assertEqual([l for l in out.splitlines() if not l.startswith("#")], ["allgather 2", "allgather 4"])
 
     def test_geomean_choice_matches_the_brute_force(self):
         rng = random.Random(5)
