@@ -338,7 +338,8 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
   run_world(2, options, [&](Communicator& comm) {
     if (comm.rank() != 0) return;
     for (const auto& [coll, count] : lines) {
-      expected.push_back(fmt::format("{} {} {}\n", coll, count, comm.automatic_algorithm(coll, count, DataType::Float32)));
+      expected.push_back(
+          fmt::format("{} {} {}\n", coll, count, comm.automatic_algorithm(coll, count, DataType::Float32)));
     }
   });
   ::unsetenv("CHORUS_TUNING_FILE");

@@ -36,13 +36,14 @@ int print_choices(chorus::Communicator& comm, const std::string& path) {
       std::string collective;
       long long count = -1;
       if (!(fields >> collective >> count) || count < 0) {
-        std::fprintf(stderr, "chorus-tune: %s:%d: expected \"collective count\", got \"%s\"\n", path.c_str(),
-                     number, line.c_str());
+        std::fprintf(stderr, "chorus-tune: %s:%d: expected \"collective count\", got \"%s\"\n", path.c_str(), number,
+                     line.c_str());
         status = 2;
         break;
       }
       try {
-        std::string algorithm = comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32);
+        std::string algorithm =
+            comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32);
         std::printf("%s %lld %s\n", collective.c_str(), count, algorithm.c_str());
       } catch (const chorus::Error& e) {  // an unknown collective: say which line, and let every rank finish
         std::fprintf(stderr, "chorus-tune: %s:%d: %s\n", path.c_str(), number, e.what());
