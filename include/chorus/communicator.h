@@ -113,6 +113,11 @@ struct OperationInfo {
   uint64_t predicted_sent = 0;      // the algorithm's traffic formula for this rank
   uint64_t predicted_received = 0;
   double estimated_seconds = 0;     // the cost model's estimate for this call
+  // CHORUS_ADAPT: the model found near-ties for this call's shape and the algorithm was chosen among them by
+  // timing them on the job's own calls. `exploring`: this call ran one of them to time it; otherwise it ran
+  // the one the ranks agreed was fastest.
+  bool adaptive = false;
+  bool exploring = false;
 };
 
 namespace detail {
@@ -280,7 +285,8 @@ class CHORUS_API Communicator {
   void synchronize();
 
   // The algorithm this communicator would run for the call, without forcing: the cost model's choice under
-  // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer.
+  // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer. With
+  // CHORUS_ADAPT=1 a shape with near-ties may run another of them once timed: last_operation() says which ran.
   std::string automatic_algorithm(std::string_view collective, size_t count, DataType type) const;
   // Traffic since creation, and the figures of the last operation. Read them between calls (the same
   // one-thread-at-a-time rule as for operations); they first wait for queued asynchronous operations.

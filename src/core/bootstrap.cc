@@ -120,12 +120,15 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   const std::string& k = impl->key_prefix;
   if (rank == 0) {
     impl->comm_tag = random_tag();
-    st.set(k + "tag", fmt::format("{:016x}/{}", impl->comm_tag, size));
+    // CHORUS_ADAPT travels with the tag: every rank must run the same schedule of timed near-ties and
+    // agreements, so rank 0's setting is the communicator's.
+    st.set(k + "tag", fmt::format("{:016x}/{}/{}", impl->comm_tag, size, impl->config.adapt_rounds));
   } else {
     std::string v = st.get(k + "tag", deadline.remaining());
     unsigned long long tag = 0;
     int rank0_size = 0;
-    if (std::sscanf(v.c_str(), "%16llx/%d", &tag, &rank0_size) != 2) {
+    int rank0_adapt = 0;
+    if (std::sscanf(v.c_str(), "%16llx/%d/%d", &tag, &rank0_size, &rank0_adapt) != 3) {
       base::throw_error(ErrorCode::Mismatch, fmt::format("communicator {}: unreadable tag '{}' in the store", k, v));
     }
     if (rank0_size != size) {
@@ -135,6 +138,11 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                         0);
     }
     impl->comm_tag = tag;
+    if (rank0_adapt != impl->config.adapt_rounds) {
+      base::log_warn("CHORUS_ADAPT/CHORUS_ADAPT_ROUNDS differ from rank 0's; rank 0's ({}) applies to every rank",
+                     rank0_adapt ? fmt::format("on, {} rounds", rank0_adapt) : std::string("off"));
+      impl->config.adapt_rounds = rank0_adapt;
+    }
   }
 
   ProcIdentity me = my_identity();

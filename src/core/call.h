@@ -27,6 +27,8 @@ struct CollCall {
   // Chosen by resolve():
   const algo::Algorithm* algorithm = nullptr;
   bool forced = false;
+  // CHORUS_ADAPT is on and the model chose: the executing thread may run a near-tie instead (core/adapt.h).
+  bool adaptive = false;
   double estimate = 0;
 };
 

@@ -189,7 +189,7 @@ uint64_t key_of(algo::Collective coll, int forced, uint64_t bytes) {
 // Chooses the algorithm for a call: `requested` (from CallOptions), else CHORUS_ALGO, else the cost model. An
 // unknown or inapplicable name is an InvalidArgument, raised before anything is queued or sent. Runs on the
 // API thread (it owns the choice cache).
-void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
+void resolve_choice(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
   std::string_view name =
       !requested.empty() ? requested : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
   const uint64_t bytes = static_cast<uint64_t>(call.count) * core::element_size(call.dtype);
@@ -249,6 +249,11 @@ void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requeste
   impl.last_choice = {key, chosen, call.estimate};
 }
 
+void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
+  resolve_choice(impl, call, requested);
+  call.adaptive = impl.config.adapt_rounds > 0 && !call.forced && impl.size > 1;
+}
+
 // Marks the collective in progress for the stall check, for the scope of one call.
 class CurrentOpScope {
  public:
@@ -265,13 +270,86 @@ class CurrentOpScope {
 
 // ---- execution: the calling thread of a synchronous call or the progress thread, holding exec_mu
 
+// CHORUS_ADAPT: the run-time state of a call's shape, created on its first call from the model's estimates
+// (the same on every rank). Null when the table of shapes is full: the call then runs the model's choice.
+core::AdaptState* adapt_state(Communicator::Impl& impl, const CollCall& call) {
+  const uint64_t key = key_of(call.coll, 0, static_cast<uint64_t>(call.count) * core::element_size(call.dtype));
+  if (key == impl.adapt_last_key) return impl.adapt_last;
+  auto it = impl.adapt.find(key);
+  if (it == impl.adapt.end()) {
+    if (impl.adapt.size() >= 4096) return nullptr;
+    const algo::CallShape shape = shape_of(impl, call);
+    auto algos = algo::algorithms_for(call.coll);
+    double estimates[16];
+    algo::choose_algorithm(shape, impl.link, impl.calibration[static_cast<int>(call.coll)].data(), estimates);
+    int idx[core::kAdaptMaxCandidates];
+    const int m = core::near_ties(estimates, algos.size(), core::kAdaptMargin, idx);
+    const algo::Algorithm* cand[core::kAdaptMaxCandidates];
+    for (int i = 0; i < m; ++i) cand[i] = &algos[static_cast<size_t>(idx[i])];
+    if (m == 0) cand[0] = call.algorithm;
+    const int block = m > 0 && estimates[idx[0]] > core::kAdaptLongCall ? core::kAdaptLongBlock : core::kAdaptBlock;
+    it = impl.adapt.emplace(key, core::AdaptState(cand, std::max(m, 1), impl.config.adapt_rounds, block)).first;
+  }
+  impl.adapt_last_key = key;
+  impl.adapt_last = &it->second;
+  return impl.adapt_last;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The agreement that ends a shape's timing: every rank contributes its figure per candidate (core/adapt.h), the elementwise
+// maximum (the slowest rank's figure, which is when the collective completes) is every rank's, and every rank
+// takes its argmin. An all_reduce of a few doubles by recursive doubling, in the communicator's sequence like
+// any call: every rank reaches it after the same user call. Its bytes are counted in the traffic counters;
+// it is not an operation of its own in them or in last_operation().
+void agree_on_fastest(Communicator::Impl& impl, const CollCall& call, core::AdaptState& state) {
+  static const algo::Algorithm* const kAgreement = algo::find_algorithm(algo::Collective::AllReduce,
+                                                                        "recursive_doubling");
+  double figures[core::kAdaptMaxCandidates];
+  const int m = state.candidates();
+  state.local_figures(figures);
+  const ReduceOp max = ReduceOp::Max;
+  algo::OpContext& c = make_context(impl, OpKind::AllReduce, kAgreement->id, static_cast<size_t>(m),
+                                    DataType::Float64, &max, -1);
+  CurrentOpScope current(impl, c.tag, base::coarse_now());
+  const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
+  run_guarded(impl, "all_reduce (CHORUS_ADAPT's agreement)",
+              [&] { kAgreement->run(c, figures, figures, static_cast<size_t>(m), -1); });
+  const int winner = state.decide(figures);
+  if (trace_start) {
+    core::trace::record_span("adapt agreement", "collective", trace_start, core::trace::now_us(),
+                             fmt::format(R"({{"seq":{},"for":"{}","chosen":"{}","comm":"{}"}})", c.tag.seq,
+                                         algo::collective_name(call.coll), state.candidate(winner)->name, impl.label));
+  }
+  if (base::log_enabled(base::LogLevel::Info)) {
+    std::string figures_text;
+    for (int i = 0; i < m; ++i) {
+      figures_text += fmt::format("{}{} {:.1f} us", i ? ", " : "", state.candidate(i)->name, figures[i] * 1e6);
+    }
+    base::log_info("{} of {} bytes on {} ranks: timed near-ties ({}; per call, slowest rank's median of {} blocks of {}): {}",
+                   algo::collective_name(call.coll), call.local_bytes, impl.size, figures_text, state.rounds(),
+                   state.block(),
+                   state.candidate(winner)->name);
+  }
+}
+
 void execute_collective(Communicator::Impl& impl, const CollCall& call) {
-  const algo::Algorithm& algorithm = *call.algorithm;
+  const algo::Algorithm* run = call.algorithm;
+  core::AdaptState* adapt = nullptr;
+  if (call.adaptive) [[unlikely]] {
+    adapt = adapt_state(impl, call);
+    if (adapt) run = adapt->next();
+  }
+  const bool timed = adapt && adapt->exploring();
+  const algo::Algorithm& algorithm = *run;
   const auto now = base::coarse_now();  // for the stall check, which is good to a few ms
   algo::OpContext& c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
                                     call.has_rop ? &call.rop : nullptr, call.root);
   CurrentOpScope current(impl, c.tag, now);
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
+  const double t0 = timed ? seconds_now() : 0;
   run_guarded(impl, call.op_name, [&] {
     impl.transport->check_peers();
     if (impl.size == 1) {
@@ -280,12 +358,14 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
       algorithm.run(c, call.send, call.recv, call.count, call.root);
     }
   });
+  const bool agree = timed && adapt->record(t0, seconds_now());
   Communicator::Impl::LastOp& last = impl.last_op;
   last.algorithm = &algorithm;
   last.coll = call.coll;
   last.dtype = call.dtype;
   last.root = call.root;
   last.forced = call.forced;
+  last.adapt = !adapt || adapt->candidates() == 1 ? 0 : timed ? 1 : 2;
   last.count = call.count;
   last.sent = c.bytes_sent;
   last.received = c.bytes_received;
@@ -298,6 +378,7 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
                     c.tag.seq, algorithm.name, call.local_bytes, call.count, c.bytes_sent, c.bytes_received,
                     impl.label));
   }
+  if (agree) [[unlikely]] agree_on_fastest(impl, call, *adapt);
 }
 
 MessageTag p2p_frame_tag(const P2PCall& p, uint64_t seq) {
@@ -1083,6 +1164,8 @@ OperationInfo Communicator::last_operation() const {
   info.bytes_sent = last.sent;
   info.bytes_received = last.received;
   info.estimated_seconds = last.estimate;
+  info.adaptive = last.adapt != 0;
+  info.exploring = last.adapt == 1;
   if (last.algorithm) {
     algo::Traffic predicted = last.algorithm->traffic(shape_of(*impl_, last.coll, last.count, last.dtype, last.root));
     info.collective = algo::collective_name(last.coll);

@@ -16,6 +16,7 @@
 #include "algo/primitives.h"
 #include "algo/registry.h"
 #include "chorus/communicator.h"
+#include "core/adapt.h"
 #include "core/call.h"
 #include "core/call_gate.h"
 #include "core/config.h"
@@ -88,10 +89,16 @@ struct Communicator::Impl {
     int root = -1;
     const char* p2p_name = "";  // "send", "recv" or "sendrecv"
     bool forced = false;
+    uint8_t adapt = 0;  // 0: no run-time choice; 1: a near-tie being timed; 2: the agreed fastest
     size_t count = 0;
     uint64_t sent = 0, received = 0;
     double estimate = 0;
   } last_op;
+  // CHORUS_ADAPT: the run-time choice among near-ties, per call shape (key_of(collective, 0, bytes)); the
+  // previous call's entry skips the lookup.
+  std::unordered_map<uint64_t, core::AdaptState> adapt;
+  uint64_t adapt_last_key = ~uint64_t{0};
+  core::AdaptState* adapt_last = nullptr;
   std::set<std::pair<int, size_t>> logged_choices;  // (collective, bytes) whose choice was logged
   // Choices already made, so the small-message path does not evaluate every formula on every call: key
   // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "core/adapt.h"
 
 namespace chorus::core {
 
@@ -195,6 +196,17 @@ Config resolve_config(const CommOptions& o) {
   }
   c.fault = o.fault.empty() ? env_string("CHORUS_FAULT").value_or("") : o.fault;
   if (auto spec = env_string("CHORUS_ALGO")) c.forced_algorithm = parse_algorithm_spec(*spec);
+  if (auto v = env_int("CHORUS_ADAPT")) {
+    if (*v != 0 && *v != 1) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_ADAPT must be 0 or 1");
+    c.adapt_rounds = *v ? kAdaptDefaultRounds : 0;
+  }
+  if (auto v = env_int("CHORUS_ADAPT_ROUNDS")) {
+    if (*v < 1 || *v > kAdaptMaxRounds) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_ADAPT_ROUNDS must be between 1 and {}", kAdaptMaxRounds));
+    }
+    if (c.adapt_rounds) c.adapt_rounds = static_cast<int>(*v);
+  }
   c.auth_token = env_string("CHORUS_AUTH_TOKEN").value_or("");
   if (auto path = env_string("CHORUS_TUNING_FILE")) {
     c.tuning = std::make_shared<const tune::Tuning>(tune::load_tuning_file(*path));

@@ -45,6 +45,10 @@ struct Config {
   // CHORUS_AUTH_TOKEN: the job's secret that authenticates every TCP connection between ranks (empty: none).
   // Never log it or put it in an error message; anything that prints a Config must leave it out.
   std::string auth_token;
+  // CHORUS_ADAPT=1: time near-tie algorithms on the user's calls and keep the fastest (core/adapt.h), over
+  // CHORUS_ADAPT_ROUNDS rounds (default 4). 0: off. Rank 0's setting is the communicator's (bootstrap), since
+  // every rank must run the same schedule.
+  int adapt_rounds = 0;
   // CHORUS_TUNING_FILE, loaded; null when unset.
   std::shared_ptr<const tune::Tuning> tuning;
 };
