@@ -119,6 +119,13 @@ TEST(AdaptState, ABlockOfOneCallTimesTheCallItself) {
   EXPECT_DOUBLE_EQ(figures[1], 3);
   EXPECT_DOUBLE_EQ(figures[2], 4);
   EXPECT_EQ(s.decide(figures), 1);
+  // The model's choice (candidate 0) gives way only to a gain of kAdaptSwitchGain.
+  const double close[3] = {1.0, 1.0 - core::kAdaptSwitchGain / 2, 2.0};
+  EXPECT_EQ(s.decide(close), 0);
+  const double clear[3] = {1.0, 0.99 - core::kAdaptSwitchGain, 0.9 - core::kAdaptSwitchGain};
+  EXPECT_EQ(s.decide(clear), 2);
+  const double none[3] = {kInf, kInf, kInf};  // no figure at all (cannot happen after a full exploration)
+  EXPECT_EQ(s.decide(none), 0);
   // One candidate: nothing to time.
   core::AdaptState one(cand, 1, 4, 4);
   EXPECT_FALSE(one.exploring());

@@ -77,6 +77,7 @@ int AdaptState::decide(const double* agreed) {
     agreed_[static_cast<size_t>(i)] = agreed[i];
     if (agreed[i] < agreed[best]) best = i;
   }
+  if (!(agreed[best] < agreed[0] * (1 - kAdaptSwitchGain))) best = 0;
   chosen_ = best;
   call_ = 0;
   ++decisions_;

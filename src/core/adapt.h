@@ -30,6 +30,10 @@ inline constexpr int kAdaptDefaultRounds = 4;
 inline constexpr int kAdaptBlock = 4;
 inline constexpr int kAdaptLongBlock = 2;
 inline constexpr double kAdaptLongCall = 1e-3;
+// The model's choice (candidate 0) gives way only to a candidate whose agreed figure is at least this much
+// lower. Smaller differences are within what the choice's target tolerates (10% of the best), and a few
+// rounds of timing separate them less reliably than the measured tables, fitted over several runs, do.
+inline constexpr double kAdaptSwitchGain = 0.10;
 // After this many calls of a shape on the decided algorithm, its candidates are timed again (the machine's
 // load may have changed). Every rank counts alike, so every rank starts again at the same call.
 inline constexpr uint32_t kAdaptRelookCalls = 4096;
@@ -72,7 +76,8 @@ class AdaptState {
   bool record(double start, double end);
   // This rank's median over rounds per candidate (m values; infinity for a candidate without a figure).
   void local_figures(double* out) const;
-  // Takes the candidate with the smallest agreed figure (the first of equal ones) and returns its index.
+  // Takes the candidate with the smallest agreed figure (the first of equal ones) if it beats candidate 0, the
+  // model's choice, by kAdaptSwitchGain; else candidate 0. Returns the index taken.
   int decide(const double* agreed);
   const double* agreed() const { return agreed_.data(); }
   uint64_t decisions() const { return decisions_; }
