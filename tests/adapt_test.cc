@@ -88,7 +88,8 @@ TEST(AdaptState, TimesBlocksOfCallsAndTakesTheFastestMedian) {
   EXPECT_EQ(s.decide(agreed), 0);
   EXPECT_FALSE(s.exploring());
   EXPECT_EQ(s.chosen(), cand[0]);
-  for (uint32_t i = 0; i < core::kAdaptRelookCalls; ++i) {
+  ASSERT_EQ(s.relook_calls(), std::max(core::kAdaptRelookCalls, core::kAdaptRelookFactor * s.exploration_calls()));
+  for (uint32_t i = 0; i < s.relook_calls(); ++i) {
     ASSERT_EQ(s.next(), cand[0]);
     EXPECT_FALSE(s.record(0, 1));  // decided calls are not timed
   }
@@ -132,6 +133,15 @@ TEST(AdaptState, ABlockOfOneCallTimesTheCallItself) {
   EXPECT_EQ(one.next(), cand[0]);
 }
 
+TEST(AdaptState, BlocksLastAboutTwoMillisecondsByTheEstimate) {
+  EXPECT_NEAR(core::adapt_block(1e-6), 2000, 1);  // 2 ms / 1 us, rounded up
+  EXPECT_EQ(core::adapt_block(3e-4), 7);     // ceil(6.67)
+  EXPECT_EQ(core::adapt_block(1e-3), core::kAdaptMinBlock);
+  EXPECT_EQ(core::adapt_block(0.5), core::kAdaptMinBlock);
+  EXPECT_EQ(core::adapt_block(1e-9), core::kAdaptMaxBlock);
+  EXPECT_EQ(core::adapt_block(0), core::kAdaptMaxBlock);
+}
+
 // ---- on a communicator
 
 std::string temp_path(const std::string& name) {
@@ -139,14 +149,14 @@ std::string temp_path(const std::string& name) {
 }
 
 // Measured tables under which binomial, scatter_allgather and chain broadcast of 64 KiB on 4 in-process ranks
-// cost the same (500 us: blocks of kAdaptBlock calls), so all three are near-ties there.
+// cost the same (450 us: blocks of adapt_block(450e-6) = 5 calls), so all three are near-ties there.
 std::string tied_broadcast_tuning() {
   std::string path = temp_path("adapt_tied");
   std::ofstream(path) << R"({"chorus_tuning": 1, "transports": {"inproc": [{"world_size": 4, "alpha_us": 1,
       "overhead_us": 0.1, "beta_ns_per_byte": 0.1, "gamma_ns_per_byte": 0.1, "algorithms": {
-        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.0005], [1048576, 0.0005]]},
-        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.0005], [1048576, 0.0005]]},
-        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.0005], [1048576, 0.0005]]}}}]}})";
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.00045], [1048576, 0.00045]]},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.00045], [1048576, 0.00045]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.00045], [1048576, 0.00045]]}}}]}})";
   return path;
 }
 
@@ -162,7 +172,8 @@ TEST(Adaptive, EveryRankRunsTheSameAlgorithmAtEveryCallAndResultsStayRight) {
   ScopedEnv adapt("CHORUS_ADAPT", "1");
   constexpr int kRanks = 4, kCalls = 80;
   constexpr size_t kCount = 16384;  // 64 KiB of floats
-  const uint32_t exploration = 3 * core::kAdaptDefaultRounds * core::kAdaptBlock;
+  const uint32_t exploration = 3 * core::kAdaptDefaultRounds * core::adapt_block(450e-6);
+  ASSERT_EQ(core::adapt_block(450e-6), 5);
   ASSERT_LT(exploration, static_cast<uint32_t>(kCalls));
   std::vector<std::vector<CallRecord>> seen(kRanks, std::vector<CallRecord>(kCalls));
   std::vector<uint64_t> operations(kRanks);
@@ -225,7 +236,7 @@ TEST(Adaptive, QueuedCallsFollowTheSameScheduleOnEveryRank) {
     }
     const OperationInfo info = comm.last_operation();
     EXPECT_TRUE(info.adaptive);
-    EXPECT_FALSE(info.exploring);  // 3 candidates x 2 rounds x 4 calls = 24 < 40
+    EXPECT_FALSE(info.exploring);  // 3 candidates x 2 rounds x 5 calls = 30 < 40
     last[r] = info.algorithm;
   });
   std::remove(path.c_str());

@@ -1090,7 +1090,7 @@ class Bench {
       // CHORUS_ADAPT: a shape whose near-ties are still being timed runs untimed until the ranks have agreed,
       // so the timed calls measure the settled choice. Every rank's schedule is the same, so every rank runs
       // the same number of these calls.
-      for (int iter = 1; iter < 1000 && comm_.last_operation().exploring; ++iter) {
+      for (int iter = 1; iter < 1000000 && comm_.last_operation().exploring; ++iter) {
         launch(l, type, op, root, in_place, ts, iter, algorithm);
       }
     }

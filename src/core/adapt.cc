@@ -21,6 +21,16 @@ int near_ties(const double* estimates, size_t n, double margin, int* out) {
   return k;
 }
 
+int adapt_block(double estimate) {
+  if (!(estimate > 0)) return kAdaptMaxBlock;
+  return static_cast<int>(std::clamp(std::ceil(kAdaptBlockSeconds / estimate), double{kAdaptMinBlock},
+                                     double{kAdaptMaxBlock}));
+}
+
+uint32_t AdaptState::relook_calls() const {
+  return std::max(kAdaptRelookCalls, kAdaptRelookFactor * exploration_calls());
+}
+
 AdaptState::AdaptState(const algo::Algorithm* const* candidates, int m, int rounds, int block)
     : m_(std::clamp(m, 1, kAdaptMaxCandidates)),
       rounds_(std::clamp(rounds, 1, kAdaptMaxRounds)),
@@ -32,7 +42,7 @@ AdaptState::AdaptState(const algo::Algorithm* const* candidates, int m, int roun
 const algo::Algorithm* AdaptState::next() {
   if (m_ == 1) return cand_[0];
   if (chosen_ >= 0) {
-    if (++call_ <= kAdaptRelookCalls) return cand_[static_cast<size_t>(chosen_)];
+    if (++call_ <= relook_calls()) return cand_[static_cast<size_t>(chosen_)];
     chosen_ = -1;
     call_ = 0;
     have_.fill(0);

@@ -25,18 +25,24 @@ inline constexpr double kAdaptMargin = 1.15;
 inline constexpr int kAdaptMaxCandidates = 3;
 inline constexpr int kAdaptMaxRounds = 32;
 inline constexpr int kAdaptDefaultRounds = 4;
-// Each round times every candidate over a block of consecutive calls of the shape: kAdaptBlock calls, or
-// kAdaptLongBlock for calls the model expects to take longer than kAdaptLongCall.
-inline constexpr int kAdaptBlock = 4;
-inline constexpr int kAdaptLongBlock = 2;
-inline constexpr double kAdaptLongCall = 1e-3;
+// Each round times every candidate over a block of consecutive calls of the shape lasting about
+// kAdaptBlockSeconds by the model's estimate (adapt_block): the order of near-ties on a shared machine
+// depends on how the scheduler places the ranks, which a block of a few microsecond calls, inside one time
+// slice, does not see.
+inline constexpr double kAdaptBlockSeconds = 2e-3;
+inline constexpr int kAdaptMinBlock = 2;
+inline constexpr int kAdaptMaxBlock = 4096;
+// The block for a shape whose cheapest estimate is `estimate` seconds: the same on every rank.
+int adapt_block(double estimate);
 // The model's choice (candidate 0) gives way only to a candidate whose agreed figure is at least this much
 // lower. Smaller differences are within what the choice's target tolerates (10% of the best), and a few
 // rounds of timing separate them less reliably than the measured tables, fitted over several runs, do.
 inline constexpr double kAdaptSwitchGain = 0.10;
-// After this many calls of a shape on the decided algorithm, its candidates are timed again (the machine's
-// load may have changed). Every rank counts alike, so every rank starts again at the same call.
+// After kAdaptRelookFactor times its exploration's calls (at least kAdaptRelookCalls) on the decided algorithm,
+// a shape's candidates are timed again (the machine's load may have changed), so exploring takes at most
+// about 2% of a shape's calls. Every rank counts alike, so every rank starts again at the same call.
 inline constexpr uint32_t kAdaptRelookCalls = 4096;
+inline constexpr uint32_t kAdaptRelookFactor = 50;
 
 // The indices (into `estimates`, n entries; infinity: not applicable) of the near-ties, cheapest first, at most
 // kAdaptMaxCandidates; ties in estimate keep the lower index first. Returns how many (0 when none applies).
@@ -67,8 +73,11 @@ class AdaptState {
   // Calls of the shape from the first of a timing to its agreement.
   uint32_t exploration_calls() const { return static_cast<uint32_t>(m_ * block_ * rounds_); }
 
+  // Calls on the decided algorithm before the candidates are timed again.
+  uint32_t relook_calls() const;
+
   // The algorithm for the next call of this shape: while exploring, candidate (call / block) mod m; once
-  // decided, the winner, until kAdaptRelookCalls calls later, when exploring starts again.
+  // decided, the winner, until relook_calls() calls later, when exploring starts again.
   const algo::Algorithm* next();
   // Records the call that next() just answered, by its start and end (seconds on a steady clock). True when
   // that was the last call of the exploration: the caller then agrees with the other ranks (local_figures,

@@ -287,7 +287,7 @@ core::AdaptState* adapt_state(Communicator::Impl& impl, const CollCall& call) {
     const algo::Algorithm* cand[core::kAdaptMaxCandidates];
     for (int i = 0; i < m; ++i) cand[i] = &algos[static_cast<size_t>(idx[i])];
     if (m == 0) cand[0] = call.algorithm;
-    const int block = m > 0 && estimates[idx[0]] > core::kAdaptLongCall ? core::kAdaptLongBlock : core::kAdaptBlock;
+    const int block = core::adapt_block(m > 0 ? estimates[idx[0]] : 0);
     it = impl.adapt.emplace(key, core::AdaptState(cand, std::max(m, 1), impl.config.adapt_rounds, block)).first;
   }
   impl.adapt_last_key = key;
