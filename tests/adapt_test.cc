@@ -2,6 +2,8 @@
 // on a simulated clock against figures computed here by hand; the communicator tests check that every rank
 // runs the same algorithm at every call, that results stay right while candidates alternate (synchronous and
 // queued calls), and that bad settings are refused.
+#include "core/adapt.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <random>
 
 #include "algo/registry.h"
-#include "core/adapt.h"
 #include "test_util.h"
 
 namespace chorus::testing {
@@ -135,7 +136,7 @@ TEST(AdaptState, ABlockOfOneCallTimesTheCallItself) {
 
 TEST(AdaptState, BlocksLastAboutTwoMillisecondsByTheEstimate) {
   EXPECT_NEAR(core::adapt_block(1e-6), 2000, 1);  // 2 ms / 1 us, rounded up
-  EXPECT_EQ(core::adapt_block(3e-4), 7);     // ceil(6.67)
+  EXPECT_EQ(core::adapt_block(3e-4), 7);          // ceil(6.67)
   EXPECT_EQ(core::adapt_block(1e-3), core::kAdaptMinBlock);
   EXPECT_EQ(core::adapt_block(0.5), core::kAdaptMinBlock);
   EXPECT_EQ(core::adapt_block(1e-9), core::kAdaptMaxBlock);
@@ -272,9 +273,8 @@ TEST(Adaptive, BadSettingsAreRefusedAtCreation) {
                              std::pair{"CHORUS_ADAPT_ROUNDS", "0"}, std::pair{"CHORUS_ADAPT_ROUNDS", "1000"}}) {
     ScopedEnv on("CHORUS_ADAPT", "1");
     ScopedEnv bad(name, value);
-    const std::string what = expect_error(ErrorCode::InvalidArgument, [] {
-      Communicator::create(std::make_shared<MemoryStore>(), 0, 1, CommOptions{});
-    });
+    const std::string what = expect_error(
+        ErrorCode::InvalidArgument, [] { Communicator::create(std::make_shared<MemoryStore>(), 0, 1, CommOptions{}); });
     EXPECT_NE(what.find(name), std::string::npos) << what;
   }
 }

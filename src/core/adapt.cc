@@ -23,8 +23,8 @@ int near_ties(const double* estimates, size_t n, double margin, int* out) {
 
 int adapt_block(double estimate) {
   if (!(estimate > 0)) return kAdaptMaxBlock;
-  return static_cast<int>(std::clamp(std::ceil(kAdaptBlockSeconds / estimate), double{kAdaptMinBlock},
-                                     double{kAdaptMaxBlock}));
+  return static_cast<int>(
+      std::clamp(std::ceil(kAdaptBlockSeconds / estimate), double{kAdaptMinBlock}, double{kAdaptMaxBlock}));
 }
 
 uint32_t AdaptState::relook_calls() const {
@@ -77,7 +77,8 @@ void AdaptState::local_figures(double* out) const {
       continue;
     }
     std::sort(v.begin(), v.begin() + n);
-    out[i] = n % 2 ? v[static_cast<size_t>(n / 2)] : (v[static_cast<size_t>(n / 2 - 1)] + v[static_cast<size_t>(n / 2)]) / 2;
+    out[i] =
+        n % 2 ? v[static_cast<size_t>(n / 2)] : (v[static_cast<size_t>(n / 2 - 1)] + v[static_cast<size_t>(n / 2)]) / 2;
   }
 }
 

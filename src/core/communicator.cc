@@ -299,20 +299,20 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The agreement that ends a shape's timing: every rank contributes its figure per candidate (core/adapt.h), the elementwise
-// maximum (the slowest rank's figure, which is when the collective completes) is every rank's, and every rank
-// takes its argmin. An all_reduce of a few doubles by recursive doubling, in the communicator's sequence like
-// any call: every rank reaches it after the same user call. Its bytes are counted in the traffic counters;
-// it is not an operation of its own in them or in last_operation().
+// The agreement that ends a shape's timing: every rank contributes its figure per candidate (core/adapt.h), the
+// elementwise maximum (the slowest rank's figure, which is when the collective completes) is every rank's, and every
+// rank takes its argmin. An all_reduce of a few doubles by recursive doubling, in the communicator's sequence like any
+// call: every rank reaches it after the same user call. Its bytes are counted in the traffic counters; it is not an
+// operation of its own in them or in last_operation().
 void agree_on_fastest(Communicator::Impl& impl, const CollCall& call, core::AdaptState& state) {
-  static const algo::Algorithm* const kAgreement = algo::find_algorithm(algo::Collective::AllReduce,
-                                                                        "recursive_doubling");
+  static const algo::Algorithm* const kAgreement =
+      algo::find_algorithm(algo::Collective::AllReduce, "recursive_doubling");
   double figures[core::kAdaptMaxCandidates];
   const int m = state.candidates();
   state.local_figures(figures);
   const ReduceOp max = ReduceOp::Max;
-  algo::OpContext& c = make_context(impl, OpKind::AllReduce, kAgreement->id, static_cast<size_t>(m),
-                                    DataType::Float64, &max, -1);
+  algo::OpContext& c =
+      make_context(impl, OpKind::AllReduce, kAgreement->id, static_cast<size_t>(m), DataType::Float64, &max, -1);
   CurrentOpScope current(impl, c.tag, base::coarse_now());
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   run_guarded(impl, "all_reduce (CHORUS_ADAPT's agreement)",
@@ -328,10 +328,10 @@ void agree_on_fastest(Communicator::Impl& impl, const CollCall& call, core::Adap
     for (int i = 0; i < m; ++i) {
       figures_text += fmt::format("{}{} {:.1f} us", i ? ", " : "", state.candidate(i)->name, figures[i] * 1e6);
     }
-    base::log_info("{} of {} bytes on {} ranks: timed near-ties ({}; per call, slowest rank's median of {} blocks of {}): {}",
-                   algo::collective_name(call.coll), call.local_bytes, impl.size, figures_text, state.rounds(),
-                   state.block(),
-                   state.candidate(winner)->name);
+    base::log_info(
+        "{} of {} bytes on {} ranks: timed near-ties ({}; per call, slowest rank's median of {} blocks of {}): {}",
+        algo::collective_name(call.coll), call.local_bytes, impl.size, figures_text, state.rounds(), state.block(),
+        state.candidate(winner)->name);
   }
 }
 
@@ -378,7 +378,9 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
                     c.tag.seq, algorithm.name, call.local_bytes, call.count, c.bytes_sent, c.bytes_received,
                     impl.label));
   }
-  if (agree) [[unlikely]] agree_on_fastest(impl, call, *adapt);
+  if (agree) [[unlikely]] {
+    agree_on_fastest(impl, call, *adapt);
+  }
 }
 
 MessageTag p2p_frame_tag(const P2PCall& p, uint64_t seq) {
