@@ -84,14 +84,12 @@ void AdaptState::local_figures(double* out) const {
 
 int AdaptState::decide(const double* agreed) {
   int best = 0;
-  for (int i = 0; i < m_; ++i) {
-    agreed_[static_cast<size_t>(i)] = agreed[i];
+  for (int i = 1; i < m_; ++i) {
     if (agreed[i] < agreed[best]) best = i;
   }
   if (!(agreed[best] < agreed[0] * (1 - kAdaptSwitchGain))) best = 0;
   chosen_ = best;
   call_ = 0;
-  ++decisions_;
   return best;
 }
 

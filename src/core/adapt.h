@@ -5,7 +5,7 @@
 // machine disagree about which is fastest (docs/algorithms.md, "How close can a fixed table come?"), so no
 // fixed table can be right in every run. For such a call shape, the executing thread times each near-tie in
 // turn on the user's own calls, the ranks agree on the slowest rank's median per candidate, and every rank
-// runs the argmin from then on. docs/design.md ("Choosing an algorithm") has the whole path.
+// runs the argmin from then on. docs/design.md ("Choosing while running") has the whole path.
 //
 // Everything here is deterministic given the call sequence and the agreed figures, so every rank runs the
 // same algorithm for the same call: the schedule depends only on the call's position among the calls of its
@@ -88,8 +88,6 @@ class AdaptState {
   // Takes the candidate with the smallest agreed figure (the first of equal ones) if it beats candidate 0, the
   // model's choice, by kAdaptSwitchGain; else candidate 0. Returns the index taken.
   int decide(const double* agreed);
-  const double* agreed() const { return agreed_.data(); }
-  uint64_t decisions() const { return decisions_; }
 
  private:
   std::array<const algo::Algorithm*, kAdaptMaxCandidates> cand_{};
@@ -102,8 +100,6 @@ class AdaptState {
   double block_start_ = 0;
   std::array<std::array<double, kAdaptMaxRounds>, kAdaptMaxCandidates> times_{};
   std::array<int, kAdaptMaxCandidates> have_{};
-  std::array<double, kAdaptMaxCandidates> agreed_{};
-  uint64_t decisions_ = 0;
 };
 
 }  // namespace chorus::core
