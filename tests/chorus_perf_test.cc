@@ -411,6 +411,17 @@ TEST(ChorusPerf, JsonFileHoldsTheRows) {
   EXPECT_EQ(j["results"][0]["count"], 85u);
   EXPECT_EQ(j["results"][0]["in_place"]["wrong"], 0);
   EXPECT_GT(j["results"][2]["out_of_place"]["time_us"].get<double>(), 0);
+  // Each row says how much of the host's CPU time was stolen while it ran: a share, or null for a row too
+  // short to judge (or a host that does not count it).
+  for (const auto& row : j["results"]) {
+    ASSERT_TRUE(row.contains("stolen_share")) << row.dump();
+    if (!row["stolen_share"].is_null()) {
+      EXPECT_GE(row["stolen_share"].get<double>(), 0.0);
+      EXPECT_LE(row["stolen_share"].get<double>(), 1.0);
+    }
+  }
+  // And the footer says it for the whole run (this machine's kernel counts steal).
+  EXPECT_NE(r.out.find("# CPU time stolen by the hypervisor"), std::string::npos) << r.out;
   std::remove(path.c_str());
 }
 

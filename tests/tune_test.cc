@@ -2,6 +2,7 @@
 // effect of a tuning file on the automatic choice.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -278,6 +279,7 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   wait_all(job, std::chrono::seconds(120));
   ASSERT_TRUE(WIFEXITED(job[0].status) && WEXITSTATUS(job[0].status) == 0) << job[0].output;
   EXPECT_NE(job[0].output.find("alpha_us"), std::string::npos) << job[0].output;
+  EXPECT_NE(job[0].output.find("stolen by its hypervisor while measuring"), std::string::npos) << job[0].output;
   tune::Tuning t = tune::load_tuning_file(path);
   ASSERT_EQ(t.transports.count("tcp"), 1u);
   const algo::LinkModel& l = t.transports.at("tcp").at(0).link;
@@ -357,6 +359,44 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
   EXPECT_NE(unknown.output.find("unknown collective 'gossip'"), std::string::npos) << unknown.output;
   std::remove(tuning.c_str());
   std::remove(shapes.c_str());
+}
+
+// The host's CPU time, against /proc/stat read independently between two readings, and the stolen share's
+// arithmetic on made-up readings.
+TEST(HostCpuTime, ReadsProcStatAndTheStolenShareIsTheStolenPartOfTheTicksBetween) {
+  const std::optional<HostCpuTime> before = host_cpu_time();
+  ASSERT_TRUE(before.has_value()) << "this test runs on Linux, which has /proc/stat";
+  // The reference: the "cpu" line's first eight fields, summed, and the eighth (steal).
+  std::ifstream stat("/proc/stat");
+  std::string label;
+  uint64_t v[8] = {}, total = 0;
+  stat >> label;
+  ASSERT_EQ(label, "cpu");
+  for (uint64_t& x : v) {
+    stat >> x;
+    total += x;
+  }
+  // Busy for a while, so that ticks pass.
+  volatile uint64_t spin = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  const std::optional<HostCpuTime> after = host_cpu_time();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_LE(before->total_ticks, total);
+  EXPECT_LE(total, after->total_ticks);
+  EXPECT_LE(before->stolen_ticks, v[7]);
+  EXPECT_LE(v[7], after->stolen_ticks);
+  EXPECT_GT(after->total_ticks, before->total_ticks);  // 100 ms is ten ticks of one CPU
+  const double share = stolen_share(before, after);
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+
+  EXPECT_DOUBLE_EQ(stolen_share(HostCpuTime{1000, 10}, HostCpuTime{1400, 110}), 0.25);
+  EXPECT_DOUBLE_EQ(stolen_share(HostCpuTime{1000, 10}, HostCpuTime{1200, 10}), 0.0);
+  EXPECT_LT(stolen_share(HostCpuTime{1000, 10}, HostCpuTime{1000, 10}), 0.0);  // no tick passed
+  EXPECT_LT(stolen_share(HostCpuTime{1000, 10}, HostCpuTime{900, 10}), 0.0);   // not in order
+  EXPECT_LT(stolen_share(std::nullopt, HostCpuTime{1000, 10}), 0.0);           // unknown
+  EXPECT_LT(stolen_share(HostCpuTime{1000, 10}, std::nullopt), 0.0);
 }
 
 TEST(Calibration, NeedsTwoRanks) {

@@ -597,6 +597,7 @@ struct Row {
   std::string redop;
   int root = -1;
   Measurement out_of_place, in_place;
+  double stolen = -1;  // StolenTime: the share of the host's CPU time stolen while the row ran; < 0 unknown
 };
 
 // --algos: one size, out of place, every compared algorithm forced in turn and then the library's choice.
@@ -608,6 +609,7 @@ struct CompareRow {
   int root = -1;
   std::vector<Measurement> forced;  // in the order of the compared names
   Measurement automatic;
+  double stolen = -1;  // as Row::stolen
 
   size_t fastest() const {
     auto faster = [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; };
@@ -1307,6 +1309,9 @@ nlohmann::json measurement_json(const Measurement& m, bool traffic) {
   return j;
 }
 
+// The share of the host's CPU time stolen while a row ran (StolenTime); null where the host does not count it.
+nlohmann::json stolen_json(double share) { return share < 0 ? nlohmann::json(nullptr) : nlohmann::json(share); }
+
 template <class R>
 nlohmann::json lead_json(const R& r) {
   return {
@@ -1333,6 +1338,7 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
     nlohmann::json row = lead_json(r);
     row["out_of_place"] = measurement_json(r.out_of_place, o.traffic);
     row["in_place"] = measurement_json(r.in_place, o.traffic);
+    row["stolen_share"] = stolen_json(r.stolen);
     results.push_back(std::move(row));
   }
   for (const CompareRow& r : compare_rows) {
@@ -1343,6 +1349,7 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
     row["auto"] = measurement_json(r.automatic, false);
     row["fastest"] = bench.compared()[r.fastest()];
     row["auto_over_best"] = r.auto_over_best();
+    row["stolen_share"] = stolen_json(r.stolen);
     results.push_back(std::move(row));
   }
   j["results"] = std::move(results);
@@ -1354,6 +1361,54 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
 }
 
 using chorus::tools::rank_label;
+
+// How much of the machine the rows had: the share of rank 0's host's CPU time that its hypervisor gave to
+// other guests ("steal" in /proc/stat) while each row ran, and over the whole run. On a virtual machine with
+// shared cores it moves every time in a table, Chorus's and any peer's alike, and it changes from minute to
+// minute; a row timed while a large share was stolen says more about the host than about the algorithm.
+class StolenTime {
+ public:
+  // Rows during which more than this share was stolen get a note under them.
+  static constexpr double kNote = 0.05;
+  // The kernel counts CPU time in ticks (10 ms): a row shorter than this many ticks (of all CPUs together)
+  // gets no figure of its own, since one tick more or less would move it by more than kNote.
+  static constexpr uint64_t kMinTicks = 20;
+
+  StolenTime() : start_(chorus::host_cpu_time()), last_(start_) {}
+
+  // The share stolen since the previous call (or since creation): the row that just ran. Negative if unknown.
+  double next_row() {
+    std::optional<chorus::HostCpuTime> now = chorus::host_cpu_time();
+    double share = chorus::stolen_share(last_, now);
+    if (share >= 0 && now->total_ticks - last_->total_ticks < kMinTicks) share = -1;
+    last_ = now;
+    ++rows_;
+    if (share > kNote) ++noted_;
+    return share;
+  }
+  static void print_note(double share) {
+    if (share > kNote) fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n", 100 * share);
+  }
+  void print_summary() const {
+    if (!start_ || !last_) return;  // the host does not count it
+    const double share = chorus::stolen_share(start_, last_);
+    const uint64_t ticks = last_->total_ticks - start_->total_ticks;
+    if (share < 0 || ticks < kMinTicks) {
+      fmt::print("# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat): not judged, the rows ran "
+                 "for {} ticks of CPU time\n",
+                 ticks);
+      return;
+    }
+    fmt::print("# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
+               " above {:.0f}% during {} of {} rows (rows shorter than {} ticks of CPU time are not judged alone)\n",
+               100 * share, 100 * kNote, noted_, rows_, kMinTicks);
+  }
+
+ private:
+  std::optional<chorus::HostCpuTime> start_, last_;
+  int rows_ = 0;
+  int noted_ = 0;
+};
 
 }  // namespace
 
@@ -1400,15 +1455,20 @@ int main(int argc, char** argv) {
 
     std::vector<Row> rows;
     std::vector<CompareRow> compare_rows;
+    StolenTime stolen;
     bench.run(
         [&](const Row& row) {
           if (rank != 0) return;
           fmt::print("{}\n", table.format(row));
           rows.push_back(row);
+          rows.back().stolen = stolen.next_row();
+          StolenTime::print_note(rows.back().stolen);
         },
         [&](const CompareRow& row) {
           if (rank != 0) return;
+          const double share = stolen.next_row();
           fmt::print("{}\n", compare_table.format(row));
+          StolenTime::print_note(share);
           for (size_t i = 0; i < row.forced.size(); ++i) {
             if (row.forced[i].wrong.value_or(0) == 0) continue;
             std::fflush(stdout);
@@ -1425,6 +1485,7 @@ int main(int argc, char** argv) {
                        row.automatic.algorithm, *row.automatic.wrong);
           }
           compare_rows.push_back(row);
+          compare_rows.back().stolen = share;
         });
 
     int64_t failed = bench.local_failed_tests();
@@ -1433,6 +1494,7 @@ int main(int argc, char** argv) {
       if (!compare_rows.empty()) compare_table.print_summary(compare_rows);
       fmt::print("# Out of bounds values : {} {}\n", failed, failed ? "FAILED" : "OK");
       if (compare_rows.empty()) fmt::print("# Avg bus bandwidth    : {:g}\n", bench.avg_busbw());
+      stolen.print_summary();
       fmt::print("#\n");
       if (!o.json_path.empty()) {
         write_json(o.json_path, o, nranks, comm->transport_name(), bench, rows, compare_rows, failed,

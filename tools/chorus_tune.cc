@@ -17,6 +17,9 @@
 
 namespace {
 
+// Above this share of stolen CPU time, the figures chorus-tune measured are suspect.
+constexpr double kStolenWarn = 0.05;
+
 // Prints, on rank 0, "collective count algorithm" for each "collective count" line of `path` (blank lines and
 // lines starting with '#' are skipped): the choice this communicator makes under its tuning, as
 // Communicator::automatic_algorithm gives it. Returns the exit status.
@@ -92,6 +95,16 @@ int main(int argc, char** argv) {
     if (lead) {
       std::printf("# chorus-tune: %s, %d ranks, %.2f ranks per core\n", f.transport.c_str(), f.world_size,
                   f.ranks_per_core);
+      if (f.stolen_share >= 0) {
+        std::printf("# CPU time of this host stolen by its hypervisor while measuring: %.1f%%\n", 100 * f.stolen_share);
+      }
+      if (f.stolen_share > kStolenWarn) {
+        std::fprintf(stderr,
+                     "chorus-tune: warning: the hypervisor gave %.0f%% of this host's CPU time to other guests while "
+                     "measuring (steal in /proc/stat); the figures are those of a machine running at part speed: "
+                     "measure again when it is quieter\n",
+                     100 * f.stolen_share);
+      }
       std::printf("alpha_us %.3f\noverhead_us %.3f\nbeta_ns_per_byte %.4f\ngamma_ns_per_byte %.4f\n", f.alpha_us,
                   f.overhead_us, f.beta_ns_per_byte, f.gamma_ns_per_byte);
       for (const auto& a : f.algorithms) {

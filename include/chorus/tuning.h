@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +36,10 @@ struct LinkFigures {
   std::vector<AlgorithmFit> algorithms;  // empty unless CalibrationOptions::algorithms
   // Ranks on the measuring host per core it could use (more than 1: the ranks took turns on the cores).
   double ranks_per_core = 0;
+  // The share of rank 0's host's CPU time that its hypervisor gave to other guests while the probes ran
+  // (stolen_share below); negative when the host does not count it. Above a few percent the figures are
+  // those of a machine that was running at part speed, and chorus-tune says so.
+  double stolen_share = -1;
 };
 
 struct CalibrationOptions {
@@ -48,6 +54,20 @@ struct CalibrationOptions {
 // with a local kernel probe. Collective: every rank of `comm` calls it, and every rank gets rank 0's
 // figures. Needs at least two ranks (throws InvalidArgument otherwise).
 CHORUS_API LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options = {});
+
+// The host's CPU time as its kernel counts it (/proc/stat, every CPU together, in clock ticks): the total, and
+// the part that a hypervisor ran other guests on while this guest had work ("steal"). Virtual machines with
+// shared cores lose a varying part of their time this way, which moves every timing taken on them; benchmarks
+// and calibration read it before and after timing, to say how much of the machine they really had.
+struct HostCpuTime {
+  uint64_t total_ticks = 0;
+  uint64_t stolen_ticks = 0;
+};
+// Now; nullopt where /proc/stat cannot be read (not Linux, or no /proc).
+CHORUS_API std::optional<HostCpuTime> host_cpu_time() noexcept;
+// The stolen part of the CPU time that passed between two readings, from 0 to 1; negative when either reading
+// is missing or no tick passed between them.
+CHORUS_API double stolen_share(const std::optional<HostCpuTime>& before, const std::optional<HostCpuTime>& after) noexcept;
 
 // Adds the figures to the tuning file at `path` (creating it), replacing an entry for the same transport and
 // world size. The file is what CHORUS_TUNING_FILE loads.

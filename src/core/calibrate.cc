@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -245,6 +246,7 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
     base::throw_error(ErrorCode::InvalidArgument, "calibrate_link needs at least two ranks (run under chorus-run -n 2)");
   }
   comm.barrier();
+  const std::optional<HostCpuTime> cpu_before = host_cpu_time();
   double small = half_round_trip(comm, 8, options.iterations);
   double per_message = stream_per_message(comm, std::max(100, options.iterations));
   double large = half_round_trip(comm, options.large_bytes, 20);
@@ -267,7 +269,35 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
     // Every rank times every call (the slowest rank's time counts), so every rank gets the same fits.
     out.algorithms = calibrate_algorithms(comm, link, options.max_bytes);
   }
+  // Over the whole measurement, as rank 0's host counted it.
+  double stolen = stolen_share(cpu_before, host_cpu_time());
+  comm.broadcast(&stolen, &stolen, 1, DataType::Float64, 0);
+  out.stolen_share = stolen;
   return out;
+}
+
+std::optional<HostCpuTime> host_cpu_time() noexcept {
+  // The first line: "cpu  user nice system idle iowait irq softirq steal guest guest_nice". guest and guest_nice
+  // are already inside user and nice, so the total is the first eight.
+  std::FILE* f = std::fopen("/proc/stat", "re");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long v[8] = {};
+  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                              &v[5], &v[6], &v[7]);
+  std::fclose(f);
+  if (got < 4) return std::nullopt;
+  HostCpuTime t;
+  for (int i = 0; i < got; ++i) t.total_ticks += v[i];
+  t.stolen_ticks = got >= 8 ? v[7] : 0;
+  return t;
+}
+
+double stolen_share(const std::optional<HostCpuTime>& before, const std::optional<HostCpuTime>& after) noexcept {
+  if (!before || !after || after->total_ticks <= before->total_ticks || after->stolen_ticks < before->stolen_ticks) {
+    return -1;
+  }
+  return static_cast<double>(after->stolen_ticks - before->stolen_ticks) /
+         static_cast<double>(after->total_ticks - before->total_ticks);
 }
 
 void update_tuning_file(const std::string& path, const LinkFigures& figures) {
