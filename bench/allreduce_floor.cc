@@ -3,7 +3,7 @@
 // data movement that any 2-rank all_reduce must do on the same buffers each call (as chorus-perf
 // --rotate 0 and the peers' benchmark do), separated only by a spinning barrier in shared memory.
 //
-// Three ways of doing that work, each a floor for a family of implementations:
+// Five ways of doing that work, each a floor for a family of implementations:
 //   shared-fused    both ranks' buffers in one shared mapping (as if user buffers were shared): each rank
 //                   reduces its half straight from the peer's send buffer and stores the result into its
 //                   own and the peer's receive buffer in the same pass (the copy reads the result from L1).
@@ -15,6 +15,11 @@
 //                   process_vm_readv in 64 KiB pieces into a staging buffer and is reduced from there,
 //                   barrier, the peer's reduced half comes over process_vm_readv, barrier. This is the
 //                   work of Chorus's single-copy shm path, without any of its protocol.
+//   staged          private buffers through a shared staging area (each rank copies in what the peer needs,
+//                   the peer reduces from it and writes its result there too, each rank copies it out).
+//   cma-fused       private buffers: each 64 KiB piece of the peer's half is read over process_vm_readv,
+//                   reduced into the own receive buffer and written from there (still in cache) into the
+//                   peer's receive buffer over process_vm_writev. One barrier.
 // The reduction is Chorus's own kernel (the best instruction set this CPU runs).
 //
 //   build/bin/allreduce_floor [-b MIN] [-e MAX] [-t SECONDS]    (sizes in bytes per rank, K/M suffixes)
@@ -81,8 +86,20 @@ bool remote_read(pid_t pid, char* dst, const char* address, size_t len) {
   return true;
 }
 
-enum Variant { kSharedFused, kShared2Pass, kCma, kStaged, kVariants };
-const char* kNames[kVariants] = {"shared-fused", "shared-2pass", "cma", "staged"};
+bool remote_write(pid_t pid, char* address, const char* src, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    iovec local{const_cast<char*>(src) + done, len - done};
+    iovec remote{address + done, len - done};
+    ssize_t n = ::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+enum Variant { kSharedFused, kShared2Pass, kCma, kStaged, kCmaFused, kVariants };
+const char* kNames[kVariants] = {"shared-fused", "shared-2pass", "cma", "staged", "cma-fused"};
 
 // One all_reduce's worth of work for rank r over K bytes per rank.
 struct Work {
@@ -145,6 +162,20 @@ struct Work {
         }
         bar->wait();
         std::memcpy(s->priv_recv[r] + theirs, shared_recv[p] + theirs, their_len);
+        bar->wait();
+        break;
+      }
+      case kCmaFused: {
+        // Each piece of the peer's half is read over process_vm_readv, reduced into our receive buffer, and
+        // written from there (still in cache) into the peer's receive buffer over process_vm_writev.
+        const size_t piece = 64 << 10;
+        for (size_t off = 0; off < my_len; off += piece) {
+          const size_t m = std::min(piece, my_len - off);
+          if (!remote_read(s->pid[p], staging, s->priv_send[p] + mine + off, m)) std::abort();
+          char* out = s->priv_recv[r] + mine + off;
+          sum(out, s->priv_send[r] + mine + off, staging, m / 4);
+          if (!remote_write(s->pid[p], s->priv_recv[p] + mine + off, out, m)) std::abort();
+        }
         bar->wait();
         break;
       }
@@ -211,7 +242,7 @@ int main(int argc, char** argv) {
     std::printf("# allreduce_floor: 2 processes, float32 sum, same buffers every call; kernels %s\n",
                 chorus::kernels::isa_name(chorus::kernels::active_isa()));
     std::printf("# time per call in us, median of 5 rounds of about %.2f s / 5 each\n", seconds);
-    std::printf("%12s %14s %14s %14s %14s\n", "bytes", kNames[0], kNames[1], kNames[2], kNames[3]);
+    std::printf("%12s %14s %14s %14s %14s %14s\n", "bytes", kNames[0], kNames[1], kNames[2], kNames[3], kNames[4]);
   }
   bool ok = true;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
@@ -247,14 +278,17 @@ int main(int argc, char** argv) {
       }
       std::sort(rounds.begin(), rounds.end());
       median[v] = rounds[2];
-      const char* recv = v >= kCma ? s->priv_recv[r] : w.shared_recv[r];
+      const char* recv = v >= kCma ? s->priv_recv[r] : w.shared_recv[r];  // kStaged, kCmaFused: private too
       if (!check(reinterpret_cast<const float*>(recv), n, 3.0f)) {
         std::fprintf(stderr, "rank %d: %s gave a wrong result at %zu bytes\n", r, kNames[v], bytes);
         ok = false;
       }
       bar.wait();
     }
-    if (r == 0) std::printf("%12zu %14.1f %14.1f %14.1f %14.1f\n", bytes, median[0], median[1], median[2], median[3]);
+    if (r == 0) {
+      std::printf("%12zu %14.1f %14.1f %14.1f %14.1f %14.1f\n", bytes, median[0], median[1], median[2], median[3],
+                  median[4]);
+    }
     std::fflush(stdout);
   }
   if (r == 1) return ok ? 0 : 1;
