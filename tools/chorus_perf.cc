@@ -1387,21 +1387,26 @@ class StolenTime {
     return share;
   }
   static void print_note(double share) {
-    if (share > kNote) fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n", 100 * share);
+    if (share > kNote) {
+      fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n",
+                 100 * share);
+    }
   }
   void print_summary() const {
     if (!start_ || !last_) return;  // the host does not count it
     const double share = chorus::stolen_share(start_, last_);
     const uint64_t ticks = last_->total_ticks - start_->total_ticks;
     if (share < 0 || ticks < kMinTicks) {
-      fmt::print("# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat): not judged, the rows ran "
-                 "for {} ticks of CPU time\n",
-                 ticks);
+      fmt::print(
+          "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat): not judged, the rows ran "
+          "for {} ticks of CPU time\n",
+          ticks);
       return;
     }
-    fmt::print("# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
-               " above {:.0f}% during {} of {} rows (rows shorter than {} ticks of CPU time are not judged alone)\n",
-               100 * share, 100 * kNote, noted_, rows_, kMinTicks);
+    fmt::print(
+        "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
+        " above {:.0f}% during {} of {} rows (rows shorter than {} ticks of CPU time are not judged alone)\n",
+        100 * share, 100 * kNote, noted_, rows_, kMinTicks);
   }
 
  private:

@@ -67,7 +67,8 @@ struct HostCpuTime {
 CHORUS_API std::optional<HostCpuTime> host_cpu_time() noexcept;
 // The stolen part of the CPU time that passed between two readings, from 0 to 1; negative when either reading
 // is missing or no tick passed between them.
-CHORUS_API double stolen_share(const std::optional<HostCpuTime>& before, const std::optional<HostCpuTime>& after) noexcept;
+CHORUS_API double stolen_share(const std::optional<HostCpuTime>& before,
+                               const std::optional<HostCpuTime>& after) noexcept;
 
 // Adds the figures to the tuning file at `path` (creating it), replacing an entry for the same transport and
 // world size. The file is what CHORUS_TUNING_FILE loads.
