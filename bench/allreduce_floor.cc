@@ -23,7 +23,9 @@
 // The reduction is Chorus's own kernel (the best instruction set this CPU runs).
 //
 //   build/bin/allreduce_floor [-b MIN] [-e MAX] [-t SECONDS]    (sizes in bytes per rank, K/M suffixes)
-// Prints, per size, the median over 5 rounds of each variant's time per call in microseconds.
+// Prints, per size, the median over 5 rounds of each variant's time per call in microseconds, and the share of
+// the host's CPU time that its hypervisor stole while that size ran (chorus::stolen_share; "-" when unknown or
+// the size ran for less than 20 ticks of CPU time), which slows every variant alike.
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -32,12 +34,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "chorus/tuning.h"
 #include "chorus/types.h"
 #include "kernels/reduce.h"
 
@@ -242,12 +247,14 @@ int main(int argc, char** argv) {
     std::printf("# allreduce_floor: 2 processes, float32 sum, same buffers every call; kernels %s\n",
                 chorus::kernels::isa_name(chorus::kernels::active_isa()));
     std::printf("# time per call in us, median of 5 rounds of about %.2f s / 5 each\n", seconds);
-    std::printf("%12s %14s %14s %14s %14s %14s\n", "bytes", kNames[0], kNames[1], kNames[2], kNames[3], kNames[4]);
+    std::printf("%12s %14s %14s %14s %14s %14s %8s\n", "bytes", kNames[0], kNames[1], kNames[2], kNames[3], kNames[4],
+                "stolen");
   }
   bool ok = true;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
     w.bytes = bytes;
     const size_t n = bytes / 4;
+    const std::optional<chorus::HostCpuTime> cpu_before = chorus::host_cpu_time();
     double median[kVariants];
     for (int v = 0; v < kVariants; ++v) {
       // Fresh inputs: rank r's send buffers hold r + 1, so every result element is 3.
@@ -286,8 +293,12 @@ int main(int argc, char** argv) {
       bar.wait();
     }
     if (r == 0) {
-      std::printf("%12zu %14.1f %14.1f %14.1f %14.1f %14.1f\n", bytes, median[0], median[1], median[2], median[3],
-                  median[4]);
+      const std::optional<chorus::HostCpuTime> cpu_after = chorus::host_cpu_time();
+      const double stolen = chorus::stolen_share(cpu_before, cpu_after);
+      const bool judged = stolen >= 0 && cpu_after->total_ticks - cpu_before->total_ticks >= 20;
+      std::printf("%12zu %14.1f %14.1f %14.1f %14.1f %14.1f %8s\n", bytes, median[0], median[1], median[2], median[3],
+                  median[4],
+                  judged ? (std::to_string(static_cast<int>(std::lround(100 * stolen))) + "%").c_str() : "-");
     }
     std::fflush(stdout);
   }

@@ -5,7 +5,11 @@ For every (collective, world size): the fastest algorithm at each size and where
 how the automatic choice compares with the best forced algorithm: auto/best is the chosen algorithm's time
 (its forced column, measured in the same interleaved rounds) over the fastest forced time.
 
-  scripts/algo-summary.py [--markdown] [FILES...]
+  scripts/algo-summary.py [--markdown] [--stolen] [FILES...]
+
+--stolen adds how the misses of the automatic choice fall between rows that chorus-perf noted as timed while
+the hypervisor stole more than 5% of the host's CPU time ("#   ^ N% of this host's CPU time was stolen ...")
+and the other rows.
 """
 import glob
 import math
@@ -31,6 +35,20 @@ def parse(path):
         auto_algo = f[6 + len(algos)]
         rows.append((size, dict(zip(algos, times)), auto_time, auto_algo))
     return algos, rows
+
+
+def stolen_rows(path):
+    """size -> the stolen share (%) that chorus-perf noted under that row; rows without a note are absent."""
+    out, last = {}, None
+    for line in open(path):
+        f = line.split()
+        if f and f[0].isdigit():
+            last = int(f[0])
+            continue
+        m = re.match(r"#\s+\^ (\d+)% of this host's CPU time was stolen", line)
+        if m and last is not None:
+            out[last] = int(m.group(1))
+    return out
 
 
 def human(n):
@@ -66,7 +84,7 @@ def summarise(path):
     within10 = sum(1 for r in ratios if r[0] <= 1.10)
     return {
         "transport": transport, "coll": coll, "n": n, "runs": runs, "worst": worst, "geo": geo,
-        "within10": within10, "total": len(ratios), "ratios": ratios,
+        "within10": within10, "total": len(ratios), "ratios": ratios, "stolen": stolen_rows(path),
     }
 
 
@@ -89,6 +107,19 @@ def main():
         else:
             print(f"{r['transport']} {r['coll']} {r['n']} ranks: {runs}\n  auto within 10%: "
                   f"{r['within10']}/{r['total']}; worst {worst}; geometric mean {r['geo']:.3f}")
+    if "--stolen" in sys.argv:
+        # rows[noted] = [rows, beyond 10%, beyond 25%]
+        rows = {True: [0, 0, 0], False: [0, 0, 0]}
+        for r in results:
+            for ratio, size, _, _ in r["ratios"]:
+                c = rows[size in r["stolen"]]
+                c[0] += 1
+                c[1] += ratio > 1.10
+                c[2] += ratio > 1.25
+        for noted, what in ((True, "noted as timed with more than 5% stolen"), (False, "not noted")):
+            n, b10, b25 = rows[noted]
+            share = f" ({100 * b10 / n:.1f}% / {100 * b25 / n:.1f}%)" if n else ""
+            print(f"rows {what}: {n}; auto beyond 10%: {b10}, beyond 25%: {b25}{share}")
 
 
 if __name__ == "__main__":

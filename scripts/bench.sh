@@ -39,11 +39,22 @@ mkdir -p "$OUT" docs/img
 python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null; }
 
+# The host's CPU ticks (/proc/stat: all of them, and those its hypervisor stole), and the stolen share since a
+# reading: on a virtual machine with shared cores it slows every implementation in a run, and it changes from
+# minute to minute (docs/performance.md, "CPU time stolen by the hypervisor").
+cpu_ticks() { awk '/^cpu /{t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9}' /proc/stat; }
+stolen_since() {
+  local t0 s0 t1 s1
+  read -r t0 s0 <<<"$1"
+  read -r t1 s1 <<<"$(cpu_ticks)"
+  awk -v t=$((t1 - t0)) -v s=$((s1 - s0)) 'BEGIN { if (t > 0) printf "%.1f%% of %d ticks\n", 100 * s / t, t; else print "unknown" }'
+}
+
 echo "== memory bandwidth"
 cc -O2 -o /tmp/chorus-membw "$PEERS/membw.c"
 { date -u; for b in 1048576 16777216 67108864; do /tmp/chorus-membw "$b"; done; } | tee "$OUT/membw.txt"
 
-echo "== the floor of a 2-rank all_reduce (bench/allreduce_floor.cc: the memory work alone, four ways)"
+echo "== the floor of a 2-rank all_reduce (bench/allreduce_floor.cc: the memory work alone, five ways)"
 [[ -x build/bin/allreduce_floor ]] || cmake --build build --target allreduce_floor
 { date -u; build/bin/allreduce_floor -b 1M -e 64M -t 1; } | tee "$OUT/floor.txt"
 
@@ -89,8 +100,10 @@ for t in $TRANSPORTS; do
     for c in $COLLS; do
       f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
       echo "== $c, $n ranks, $t -> $f"
+      ticks=$(cpu_ticks)
       { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE -R $REGISTERED --iters-by-size --average 3; broadcast: --in-place-first)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
         echo "compare.sh failed: see $f"
+      echo "# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: $(stolen_since "$ticks")" | tee -a "$f"
       # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
       pkill -f mpi_coll_mpich 2>/dev/null || true
     done
