@@ -7,12 +7,16 @@ how the automatic choice compares with the best forced algorithm: auto/best is t
 
   scripts/algo-summary.py [--markdown] [--stolen] [FILES...]
 
---stolen adds how the misses of the automatic choice fall between rows that chorus-perf noted as timed while
-the hypervisor stole more than 5% of the host's CPU time ("#   ^ N% of this host's CPU time was stolen ...")
-and the other rows.
+--stolen adds how the misses of the automatic choice fall between rows timed while the hypervisor stole more
+than 5% of the host's CPU time, rows timed with less, and rows too short to judge. The figures come from the
+--json files scripts/algo-bench.sh writes beside each table; for tables without them, from the notes
+chorus-perf prints under rows above 5% ("#   ^ N% of this host's CPU time was stolen ..."), which cannot tell
+quiet rows from short ones.
 """
 import glob
+import json
 import math
+import os
 import re
 import sys
 
@@ -38,7 +42,18 @@ def parse(path):
 
 
 def stolen_rows(path):
-    """size -> the stolen share (%) that chorus-perf noted under that row; rows without a note are absent."""
+    """size -> the stolen share (%) while that row ran: from the tables' --json files beside it where
+    scripts/algo-bench.sh wrote them (None: a row too short to judge), else from the notes chorus-perf prints
+    under rows above 5% (rows without a note are then absent)."""
+    base = path[:-len(".txt")] if path.endswith(".txt") else path
+    jsons = [base + ".small.json", base + ".large.json"]
+    if all(os.path.exists(j) for j in jsons):
+        out = {}
+        for j in jsons:
+            for row in json.load(open(j))["results"]:
+                share = row.get("stolen_share")
+                out[row["size"]] = None if share is None else 100 * share
+        return out
     out, last = {}, None
     for line in open(path):
         f = line.split()
@@ -47,7 +62,8 @@ def stolen_rows(path):
             continue
         m = re.match(r"#\s+\^ (\d+)% of this host's CPU time was stolen", line)
         if m and last is not None:
-            out[last] = int(m.group(1))
+            # A note means more than 5% (its figure is rounded): never "quiet", whatever it prints.
+            out[last] = max(float(m.group(1)), 5.5)
     return out
 
 
@@ -108,16 +124,20 @@ def main():
             print(f"{r['transport']} {r['coll']} {r['n']} ranks: {runs}\n  auto within 10%: "
                   f"{r['within10']}/{r['total']}; worst {worst}; geometric mean {r['geo']:.3f}")
     if "--stolen" in sys.argv:
-        # rows[noted] = [rows, beyond 10%, beyond 25%]
-        rows = {True: [0, 0, 0], False: [0, 0, 0]}
+        # rows[kind] = [rows, beyond 10%, beyond 25%]
+        kinds = {"stolen": "timed with more than 5% stolen", "quiet": "timed with 5% or less stolen",
+                 "unknown": "too short to judge, or without a figure (tables without --json: not noted)"}
+        rows = {k: [0, 0, 0] for k in kinds}
         for r in results:
             for ratio, size, _, _ in r["ratios"]:
-                c = rows[size in r["stolen"]]
+                share = r["stolen"].get(size)
+                kind = "unknown" if share is None else ("stolen" if share > 5 else "quiet")
+                c = rows[kind]
                 c[0] += 1
                 c[1] += ratio > 1.10
                 c[2] += ratio > 1.25
-        for noted, what in ((True, "noted as timed with more than 5% stolen"), (False, "not noted")):
-            n, b10, b25 = rows[noted]
+        for kind, what in kinds.items():
+            n, b10, b25 = rows[kind]
             share = f" ({100 * b10 / n:.1f}% / {100 * b25 / n:.1f}%)" if n else ""
             print(f"rows {what}: {n}; auto beyond 10%: {b10}, beyond 25%: {b25}{share}")
 

@@ -1371,7 +1371,7 @@ class StolenTime {
   // Rows during which more than this share was stolen get a note under them.
   static constexpr double kNote = 0.05;
   // The kernel counts CPU time in ticks (10 ms): a row shorter than this many ticks (of all CPUs together)
-  // gets no figure of its own, since one tick more or less would move it by more than kNote.
+  // gets no figure of its own, since one tick more or less would move it by as much as kNote.
   static constexpr uint64_t kMinTicks = 20;
 
   StolenTime() : start_(chorus::host_cpu_time()), last_(start_) {}
@@ -1380,7 +1380,10 @@ class StolenTime {
   double next_row() {
     std::optional<chorus::HostCpuTime> now = chorus::host_cpu_time();
     double share = chorus::stolen_share(last_, now);
-    if (share >= 0 && now->total_ticks - last_->total_ticks < kMinTicks) share = -1;
+    if (share >= 0 && now->total_ticks - last_->total_ticks < kMinTicks) {
+      share = -1;
+      ++short_;
+    }
     last_ = now;
     ++rows_;
     if (share > kNote) ++noted_;
@@ -1405,14 +1408,15 @@ class StolenTime {
     }
     fmt::print(
         "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
-        " above {:.0f}% during {} of {} rows (rows shorter than {} ticks of CPU time are not judged alone)\n",
-        100 * share, 100 * kNote, noted_, rows_, kMinTicks);
+        " above {:.0f}% during {} of {} rows, {} rows too short to judge alone (under {} ticks of CPU time)\n",
+        100 * share, 100 * kNote, noted_, rows_, short_, kMinTicks);
   }
 
  private:
   std::optional<chorus::HostCpuTime> start_, last_;
   int rows_ = 0;
   int noted_ = 0;
+  int short_ = 0;
 };
 
 }  // namespace
