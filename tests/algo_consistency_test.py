@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Tests of scripts/algo-consistency.py: the best fixed choice over several sweeps, and the held-out check.
+"""Tests of scripts/algo-consistency.py: the best fixed choice over several sweeps, and the held-out check; and of
+scripts/algo-summary.py --stolen, which splits the automatic choice's misses by the CPU time stolen per row.
 
 The references are brute forces over the runs: for the minimax choice, every algorithm's worst ratio to the
 fastest forced time of each run; for the geometric-mean choice (scripts/fit-measured.py's rule), the product
 of each algorithm's times.
 """
 import itertools
+import json
 import os
 import random
 import subprocess
@@ -16,7 +18,9 @@ from importlib import import_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 consistency = import_module("algo-consistency")
+summary = import_module("algo-summary")
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-consistency.py")
+SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-summary.py")
 
 
 def brute_minimax(runs, size):
@@ -116,6 +120,47 @@ class Consistency(unittest.TestCase):
             self.assertEqual(out[rule]["points"], 6)
             self.assertEqual(out[rule]["beyond10"], 3)
             self.assertEqual(out[rule]["beyond25"], 1)
+
+
+class StolenTime(unittest.TestCase):
+    """algo-summary.py --stolen: the stolen share per row, from chorus-perf's notes or from its --json."""
+    HEADER = "# Algorithms of broadcast: binomial, chain\n"
+    # size: (binomial, chain, auto's algorithm): auto is 1.5 times the fastest at 8 B and 512 B, right at 64 B.
+    ROWS = {8: (1.5, 1.0, "binomial"), 64: (1.0, 2.0, "binomial"), 512: (3.0, 2.0, "binomial")}
+
+    def write_table(self, path, notes):
+        with open(path, "w") as f:
+            f.write(self.HEADER)
+            for size, (b, c, auto) in self.ROWS.items():
+                f.write(f"{size} {size // 4} float none 0 {b} {c} {b} {auto} {b / min(b, c):.2f} x 0\n")
+                if size in notes:
+                    f.write(f"#   ^ {notes[size]}% of this host's CPU time was stolen by its hypervisor while this "
+                            "row ran\n")
+
+    def test_notes_mark_rows_above_five_percent_and_json_tells_quiet_rows_from_short_ones(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            table = os.path.join(tmp, "algos-shm-broadcast-3ranks.txt")
+            # A note says more than 5%, even where its rounded figure is 5.
+            self.write_table(table, {8: 37, 512: 5})
+            self.assertEqual(summary.stolen_rows(table), {8: 37.0, 512: 5.5})
+            out = subprocess.run([sys.executable, SUMMARY, "--stolen", table], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertIn("rows timed with more than 5% stolen: 2; auto beyond 10%: 2, beyond 25%: 2", out)
+            self.assertIn("rows timed with 5% or less stolen: 0;", out)
+            self.assertIn("rows too short to judge, or without a figure (tables without --json: not noted): 1; "
+                          "auto beyond 10%: 0", out)
+            # With the runs' --json beside the table, its figures win: 8 B quiet, 64 B too short, 512 B stolen.
+            for name, results in ((".small.json", [{"size": 8, "stolen_share": 0.02},
+                                                   {"size": 64, "stolen_share": None}]),
+                                  (".large.json", [{"size": 512, "stolen_share": 0.30}])):
+                with open(table[:-4] + name, "w") as f:
+                    json.dump({"results": results}, f)
+            self.assertEqual(summary.stolen_rows(table), {8: 2.0, 64: None, 512: 30.0})
+            out = subprocess.run([sys.executable, SUMMARY, "--stolen", table], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertIn("rows timed with more than 5% stolen: 1; auto beyond 10%: 1, beyond 25%: 1", out)
+            self.assertIn("rows timed with 5% or less stolen: 1; auto beyond 10%: 1, beyond 25%: 1", out)
+            self.assertIn("not noted): 1; auto beyond 10%: 0, beyond 25%: 0", out)
 
 
 if __name__ == "__main__":
