@@ -128,6 +128,8 @@ struct Options {
   bool in_place_first = false;  // --in-place-first: the in-place block comes first in the table
   int warmup = 5;
   int repeats = 5;  // --algos: interleaved rounds over every algorithm; each time is the median
+  int retry_stolen = 0;        // --retry-stolen: more attempts at a row timed while the hypervisor stole much
+  double stolen_limit = 0.05;  // --stolen-limit: the stolen share that gets a note (and, with the above, a retake)
   int check = 1;
   int root = 0;     // -1: every rank in turn
   int average = 1;  // 0 rank 0, 1 mean, 2 min, 3 max
@@ -217,6 +219,19 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "With --algos: rounds of timing that visit every algorithm in turn; each reported time is the "
                  "median over rounds (so slow drifts of a shared machine hit all algorithms alike)")
       ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--retry-stolen", o.retry_stolen,
+                 "Time a row again, up to this many more times, while at least --stolen-limit of rank 0's host's "
+                 "CPU time was stolen by its hypervisor as it ran (a virtual machine with shared cores); the row "
+                 "shows the attempt with the least stolen, and a note gives every attempt's share. Results are "
+                 "checked on the first attempt")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  app.add_option("--stolen-limit", o.stolen_limit,
+                 "The share of rank 0's host's CPU time, stolen while a row ran, from which the row gets a note "
+                 "(and, with --retry-stolen, is timed again); rows shorter than 20 ticks of CPU time are not "
+                 "judged")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations at the largest and the smallest size")
       ->check(CLI::NonNegativeNumber)
@@ -590,6 +605,12 @@ struct Measurement {
   uint64_t over_tcp = 0;
 };
 
+// The share of rank 0's host's CPU time that its hypervisor stole while a row ran (StolenTime).
+struct StolenReading {
+  double share = -1;       // < 0: unknown (the host does not count it) or the row was too short to judge
+  bool too_short = false;  // the row ran for fewer than StolenTime::kMinTicks ticks of CPU time
+};
+
 struct Row {
   size_t bytes = 0;
   size_t count = 0;
@@ -597,7 +618,8 @@ struct Row {
   std::string redop;
   int root = -1;
   Measurement out_of_place, in_place;
-  double stolen = -1;  // StolenTime: the share of the host's CPU time stolen while the row ran; < 0 unknown
+  StolenReading stolen;                 // while the row shown ran
+  std::vector<StolenReading> attempts;  // --retry-stolen: every attempt, in order (the row shows one of them)
 };
 
 // --algos: one size, out of place, every compared algorithm forced in turn and then the library's choice.
@@ -609,7 +631,8 @@ struct CompareRow {
   int root = -1;
   std::vector<Measurement> forced;  // in the order of the compared names
   Measurement automatic;
-  double stolen = -1;  // as Row::stolen
+  StolenReading stolen;                 // as in Row
+  std::vector<StolenReading> attempts;  // as in Row
 
   size_t fastest() const {
     auto faster = [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; };
@@ -862,6 +885,90 @@ class CompareTable {
   std::vector<size_t> time_width_, sent_width_;
 };
 
+// How much of the machine the rows had: the share of rank 0's host's CPU time that its hypervisor gave to
+// other guests ("steal" in /proc/stat) while each row ran, and over the whole run. On a virtual machine with
+// shared cores it moves every time in a table, Chorus's and any peer's alike, and it changes from minute to
+// minute; a row timed while a large share was stolen says more about the host than about the algorithm.
+// Rows at or above --stolen-limit get a note under them and, with --retry-stolen, are timed again.
+class StolenTime {
+ public:
+  // The kernel counts CPU time in ticks (10 ms): a row shorter than this many ticks (of all CPUs together)
+  // gets no figure of its own, since one tick more or less would move it by as much as the default limit.
+  static constexpr uint64_t kMinTicks = 20;
+
+  // A reading of rank 0's host; the other ranks take none (only rank 0's host is judged).
+  static std::optional<chorus::HostCpuTime> read(int rank) {
+    return rank == 0 ? chorus::host_cpu_time() : std::nullopt;
+  }
+  static StolenReading between(const std::optional<chorus::HostCpuTime>& before,
+                               const std::optional<chorus::HostCpuTime>& after) {
+    StolenReading r;
+    r.share = chorus::stolen_share(before, after);
+    if (r.share >= 0 && after->total_ticks - before->total_ticks < kMinTicks) {
+      r.share = -1;
+      r.too_short = true;
+    }
+    return r;
+  }
+
+  explicit StolenTime(double limit) : limit_(limit), start_(chorus::host_cpu_time()) {}
+
+  static bool over_limit(const StolenReading& r, double limit) { return r.share >= 0 && r.share >= limit; }
+  bool over_limit(const StolenReading& r) const { return over_limit(r, limit_); }
+
+  // Counts a row that rank 0 printed and prints its notes under it: the share stolen while it ran, when at
+  // or above the limit, and every attempt's share when --retry-stolen timed it again.
+  void note_row(const StolenReading& kept, const std::vector<StolenReading>& attempts) {
+    ++rows_;
+    if (kept.too_short) ++short_;
+    if (over_limit(kept)) {
+      ++noted_;
+      fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n",
+                 100 * kept.share);
+    }
+    if (attempts.size() > 1) {
+      ++retaken_;
+      more_attempts_ += static_cast<int>(attempts.size()) - 1;
+      std::string shares;
+      for (size_t i = 0; i < attempts.size(); ++i) {
+        if (i) shares += i + 1 == attempts.size() ? " and " : ", ";
+        shares += attempts[i].share >= 0 ? fmt::format("{:.0f}%", 100 * attempts[i].share) : "not judged";
+      }
+      fmt::print("#   ^ timed {} times (--retry-stolen), with {} of this host's CPU time stolen in turn\n",
+                 attempts.size(), shares);
+    }
+  }
+  void print_summary() const {
+    const std::optional<chorus::HostCpuTime> now = chorus::host_cpu_time();
+    if (!start_ || !now) return;  // the host does not count it
+    const double share = chorus::stolen_share(start_, now);
+    const uint64_t ticks = now->total_ticks - start_->total_ticks;
+    if (share < 0 || ticks < kMinTicks) {
+      fmt::print(
+          "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat): not judged, the rows ran "
+          "for {} ticks of CPU time\n",
+          ticks);
+      return;
+    }
+    std::string retaken;
+    if (retaken_) retaken = fmt::format("; {} rows timed again ({} more attempts)", retaken_, more_attempts_);
+    fmt::print(
+        "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
+        " at or above {:.0f}% during {} of {} rows, {} rows too short to judge alone (under {} ticks of CPU "
+        "time){}\n",
+        100 * share, 100 * limit_, noted_, rows_, short_, kMinTicks, retaken);
+  }
+
+ private:
+  double limit_;
+  std::optional<chorus::HostCpuTime> start_;
+  int rows_ = 0;
+  int noted_ = 0;
+  int short_ = 0;
+  int retaken_ = 0;
+  int more_attempts_ = 0;
+};
+
 class Bench {
  public:
   Bench(Communicator& comm, const Options& o)
@@ -987,6 +1094,58 @@ class Bench {
     }
   }
 
+  // A row timed by `time_once(first)`, and timed again while --retry-stolen allows and at least
+  // --stolen-limit of rank 0's host's CPU time was stolen as it ran (rank 0 judges and tells the others, so
+  // every rank makes the same calls). The row kept is the first attempt under the limit or not judged, else
+  // the one with the least stolen. Results are checked on the first attempt only; the row kept carries its
+  // checks, and the run's average bus bandwidth counts the row kept only.
+  template <class R, class TimeOnce>
+  R retaking(const TimeOnce& time_once) {
+    const double busbw_before = busbw_sum_;
+    const int64_t results_before = results_;
+    double kept_busbw = 0;
+    int64_t kept_results = 0;
+    R first, kept;
+    std::vector<StolenReading> attempts;
+    for (;;) {
+      const bool is_first = attempts.empty();
+      const double busbw_start = busbw_sum_;
+      const int64_t results_start = results_;
+      const std::optional<chorus::HostCpuTime> before = StolenTime::read(rank_);
+      R row = time_once(is_first);
+      row.stolen = StolenTime::between(before, StolenTime::read(rank_));
+      attempts.push_back(row.stolen);
+      const bool over = StolenTime::over_limit(row.stolen, o_.stolen_limit);
+      if (is_first) first = row;
+      if (is_first || !over || row.stolen.share < kept.stolen.share) {
+        kept = std::move(row);
+        kept_busbw = busbw_sum_ - busbw_start;
+        kept_results = results_ - results_start;
+      }
+      if (o_.retry_stolen == 0) break;
+      int32_t again = over && static_cast<int>(attempts.size()) <= o_.retry_stolen ? 1 : 0;
+      comm_.broadcast(&again, &again, 1, DataType::Int32, 0);
+      if (!again) break;
+    }
+    carry_checks(first, kept);
+    kept.attempts = std::move(attempts);
+    busbw_sum_ = busbw_before + kept_busbw;
+    results_ = results_before + kept_results;
+    return kept;
+  }
+  static void carry_check(const Measurement& from, Measurement& to) {
+    to.wrong = from.wrong;
+    to.traffic_ok = to.traffic_ok && from.traffic_ok;
+  }
+  static void carry_checks(const Row& from, Row& to) {
+    carry_check(from.out_of_place, to.out_of_place);
+    carry_check(from.in_place, to.in_place);
+  }
+  static void carry_checks(const CompareRow& from, CompareRow& to) {
+    for (size_t i = 0; i < from.forced.size(); ++i) carry_check(from.forced[i], to.forced[i]);
+    carry_check(from.automatic, to.automatic);
+  }
+
   // nccl-tests' TimeTest: warm up at the largest and the smallest size, then measure every size out of
   // place and in place.
   template <class T, class OnRow>
@@ -995,10 +1154,12 @@ class Bench {
     comm_.barrier();
     warm_up(type, op, root, ts, algorithm_);
     for_each_size(ts, [&](const Layout& l) {
-      Row row = row_for<Row>(l, ts, type, op, root);
-      row.out_of_place = bench_time<T>(l, type, op, root, false, algorithm_);
-      row.in_place = bench_time<T>(l, type, op, root, true, algorithm_);
-      on_row(row);
+      on_row(retaking<Row>([&](bool first) {
+        Row row = row_for<Row>(l, ts, type, op, root);
+        row.out_of_place = bench_time<T>(l, type, op, root, false, algorithm_, first);
+        row.in_place = bench_time<T>(l, type, op, root, true, algorithm_, first);
+        return row;
+      }));
     });
   }
 
@@ -1010,30 +1171,33 @@ class Bench {
     for (const std::string& name : compare_) warm_up(type, op, root, ts, name);
     warm_up(type, op, root, ts, {});
     for_each_size(ts, [&](const Layout& l) {
-      CompareRow row = row_for<CompareRow>(l, ts, type, op, root);
-      // Rounds visit every algorithm in turn and each time is the median over rounds, so a slow stretch of
-      // a shared machine hits all algorithms alike instead of whichever happened to run then. Results are
-      // checked in the first round.
-      const size_t k = compare_.size();
-      std::vector<std::vector<Measurement>> samples(k + 1);
-      for (int rep = 0; rep < o_.repeats; ++rep) {
-        bool check = rep == 0;
-        for (size_t i = 0; i < k; ++i) samples[i].push_back(bench_time<T>(l, type, op, root, false, compare_[i], check));
-        samples[k].push_back(bench_time<T>(l, type, op, root, false, {}, check));
-      }
-      auto median = [](std::vector<Measurement>& v) {
-        std::optional<int64_t> wrong = v.front().wrong;
-        bool traffic_ok = std::all_of(v.begin(), v.end(), [](const Measurement& m) { return m.traffic_ok; });
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end(),
-                         [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; });
-        Measurement m = v[v.size() / 2];
-        m.wrong = wrong;
-        m.traffic_ok = traffic_ok;
-        return m;
-      };
-      for (size_t i = 0; i < k; ++i) row.forced.push_back(median(samples[i]));
-      row.automatic = median(samples[k]);
-      on_row(row);
+      on_row(retaking<CompareRow>([&](bool first) {
+        CompareRow row = row_for<CompareRow>(l, ts, type, op, root);
+        // Rounds visit every algorithm in turn and each time is the median over rounds, so a slow stretch of
+        // a shared machine hits all algorithms alike instead of whichever happened to run then. Results are
+        // checked in the first round (of the first attempt).
+        const size_t k = compare_.size();
+        std::vector<std::vector<Measurement>> samples(k + 1);
+        for (int rep = 0; rep < o_.repeats; ++rep) {
+          bool check = first && rep == 0;
+          for (size_t i = 0; i < k; ++i)
+            samples[i].push_back(bench_time<T>(l, type, op, root, false, compare_[i], check));
+          samples[k].push_back(bench_time<T>(l, type, op, root, false, {}, check));
+        }
+        auto median = [](std::vector<Measurement>& v) {
+          std::optional<int64_t> wrong = v.front().wrong;
+          bool traffic_ok = std::all_of(v.begin(), v.end(), [](const Measurement& m) { return m.traffic_ok; });
+          std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end(),
+                           [](const Measurement& a, const Measurement& b) { return a.time_us < b.time_us; });
+          Measurement m = v[v.size() / 2];
+          m.wrong = wrong;
+          m.traffic_ok = traffic_ok;
+          return m;
+        };
+        for (size_t i = 0; i < k; ++i) row.forced.push_back(median(samples[i]));
+        row.automatic = median(samples[k]);
+        return row;
+      }));
     });
   }
 
@@ -1291,6 +1455,12 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
   } else {
     fmt::print("# Algorithm: automatic (CHORUS_ALGO if set, else the cost model's choice for each size)\n");
   }
+  if (o.retry_stolen > 0) {
+    fmt::print(
+        "# Rows timed while {:.0f}% or more of rank 0's host's CPU time was stolen by its hypervisor are timed\n"
+        "#   again, up to {} more times (--retry-stolen); each shows its quietest attempt.\n",
+        100 * o.stolen_limit, o.retry_stolen);
+  }
   if (o.traffic) {
     fmt::print(
         "# Traffic: payload bytes one rank sent in the last timed out-of-place call, measured (sent) and by the\n"
@@ -1309,8 +1479,16 @@ nlohmann::json measurement_json(const Measurement& m, bool traffic) {
   return j;
 }
 
-// The share of the host's CPU time stolen while a row ran (StolenTime); null where the host does not count it.
-nlohmann::json stolen_json(double share) { return share < 0 ? nlohmann::json(nullptr) : nlohmann::json(share); }
+// The share of the host's CPU time stolen while a row ran (StolenTime): null where the host does not count it
+// or the row was too short to judge; and, as "stolen_attempts", that of every attempt --retry-stolen made.
+template <class R>
+void stolen_json(nlohmann::json& row, const R& r) {
+  auto share = [](const StolenReading& s) { return s.share < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.share); };
+  row["stolen_share"] = share(r.stolen);
+  nlohmann::json attempts = nlohmann::json::array();
+  for (const StolenReading& a : r.attempts) attempts.push_back(share(a));
+  row["stolen_attempts"] = std::move(attempts);
+}
 
 template <class R>
 nlohmann::json lead_json(const R& r) {
@@ -1325,20 +1503,30 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
   j["collective"] = o.coll->name;
   j["nranks"] = nranks;
   j["transport"] = transport;
-  j["options"] = {{"minbytes", o.min_bytes},   {"maxbytes", o.max_bytes},
-                  {"stepbytes", o.step_bytes}, {"stepfactor", o.step_factor},
-                  {"iters", o.iters},          {"iters_by_size", o.iters_by_size},
-                  {"in_place_first", o.in_place_first}, {"warmup_iters", o.warmup},
-                  {"agg_iters", o.agg},        {"check", o.check},
-                  {"average", o.average},      {"algorithm", bench.algorithm()},
-                  {"algos", bench.compared()}, {"traffic", o.traffic},
-                  {"rotate", o.rotate},        {"registered", o.registered != 0}};
+  j["options"] = {{"minbytes", o.min_bytes},
+                  {"maxbytes", o.max_bytes},
+                  {"stepbytes", o.step_bytes},
+                  {"stepfactor", o.step_factor},
+                  {"iters", o.iters},
+                  {"iters_by_size", o.iters_by_size},
+                  {"in_place_first", o.in_place_first},
+                  {"warmup_iters", o.warmup},
+                  {"agg_iters", o.agg},
+                  {"check", o.check},
+                  {"average", o.average},
+                  {"algorithm", bench.algorithm()},
+                  {"algos", bench.compared()},
+                  {"traffic", o.traffic},
+                  {"rotate", o.rotate},
+                  {"registered", o.registered != 0},
+                  {"retry_stolen", o.retry_stolen},
+                  {"stolen_limit", o.stolen_limit}};
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json row = lead_json(r);
     row["out_of_place"] = measurement_json(r.out_of_place, o.traffic);
     row["in_place"] = measurement_json(r.in_place, o.traffic);
-    row["stolen_share"] = stolen_json(r.stolen);
+    stolen_json(row, r);
     results.push_back(std::move(row));
   }
   for (const CompareRow& r : compare_rows) {
@@ -1349,7 +1537,7 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
     row["auto"] = measurement_json(r.automatic, false);
     row["fastest"] = bench.compared()[r.fastest()];
     row["auto_over_best"] = r.auto_over_best();
-    row["stolen_share"] = stolen_json(r.stolen);
+    stolen_json(row, r);
     results.push_back(std::move(row));
   }
   j["results"] = std::move(results);
@@ -1361,63 +1549,6 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
 }
 
 using chorus::tools::rank_label;
-
-// How much of the machine the rows had: the share of rank 0's host's CPU time that its hypervisor gave to
-// other guests ("steal" in /proc/stat) while each row ran, and over the whole run. On a virtual machine with
-// shared cores it moves every time in a table, Chorus's and any peer's alike, and it changes from minute to
-// minute; a row timed while a large share was stolen says more about the host than about the algorithm.
-class StolenTime {
- public:
-  // Rows during which more than this share was stolen get a note under them.
-  static constexpr double kNote = 0.05;
-  // The kernel counts CPU time in ticks (10 ms): a row shorter than this many ticks (of all CPUs together)
-  // gets no figure of its own, since one tick more or less would move it by as much as kNote.
-  static constexpr uint64_t kMinTicks = 20;
-
-  StolenTime() : start_(chorus::host_cpu_time()), last_(start_) {}
-
-  // The share stolen since the previous call (or since creation): the row that just ran. Negative if unknown.
-  double next_row() {
-    std::optional<chorus::HostCpuTime> now = chorus::host_cpu_time();
-    double share = chorus::stolen_share(last_, now);
-    if (share >= 0 && now->total_ticks - last_->total_ticks < kMinTicks) {
-      share = -1;
-      ++short_;
-    }
-    last_ = now;
-    ++rows_;
-    if (share > kNote) ++noted_;
-    return share;
-  }
-  static void print_note(double share) {
-    if (share > kNote) {
-      fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n",
-                 100 * share);
-    }
-  }
-  void print_summary() const {
-    if (!start_ || !last_) return;  // the host does not count it
-    const double share = chorus::stolen_share(start_, last_);
-    const uint64_t ticks = last_->total_ticks - start_->total_ticks;
-    if (share < 0 || ticks < kMinTicks) {
-      fmt::print(
-          "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat): not judged, the rows ran "
-          "for {} ticks of CPU time\n",
-          ticks);
-      return;
-    }
-    fmt::print(
-        "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
-        " above {:.0f}% during {} of {} rows, {} rows too short to judge alone (under {} ticks of CPU time)\n",
-        100 * share, 100 * kNote, noted_, rows_, short_, kMinTicks);
-  }
-
- private:
-  std::optional<chorus::HostCpuTime> start_, last_;
-  int rows_ = 0;
-  int noted_ = 0;
-  int short_ = 0;
-};
 
 }  // namespace
 
@@ -1464,20 +1595,18 @@ int main(int argc, char** argv) {
 
     std::vector<Row> rows;
     std::vector<CompareRow> compare_rows;
-    StolenTime stolen;
+    StolenTime stolen(o.stolen_limit);
     bench.run(
         [&](const Row& row) {
           if (rank != 0) return;
           fmt::print("{}\n", table.format(row));
+          stolen.note_row(row.stolen, row.attempts);
           rows.push_back(row);
-          rows.back().stolen = stolen.next_row();
-          StolenTime::print_note(rows.back().stolen);
         },
         [&](const CompareRow& row) {
           if (rank != 0) return;
-          const double share = stolen.next_row();
           fmt::print("{}\n", compare_table.format(row));
-          StolenTime::print_note(share);
+          stolen.note_row(row.stolen, row.attempts);
           for (size_t i = 0; i < row.forced.size(); ++i) {
             if (row.forced[i].wrong.value_or(0) == 0) continue;
             std::fflush(stdout);
@@ -1494,7 +1623,6 @@ int main(int argc, char** argv) {
                        row.automatic.algorithm, *row.automatic.wrong);
           }
           compare_rows.push_back(row);
-          compare_rows.back().stolen = share;
         });
 
     int64_t failed = bench.local_failed_tests();
