@@ -12,8 +12,10 @@ world sizes.
 
 Without FILES: the tables of GENERATIONS below. A generation is a set of runs of one state of the transports;
 for each (transport, collective, world size) the newest generation that measured it wins, and the tables of
-that generation are combined by the geometric mean of their runs. Older generations timed code that no
-longer exists (the shm rings before prefaulting paid page faults on their first calls, for example).
+that generation are combined by the geometric mean of their runs; a row timed while the hypervisor stole more
+than 5% of the host's CPU time is left out of it where another run of the generation timed that size quiet.
+Older generations timed code that no longer exists (the shm rings before prefaulting paid page faults on their
+first calls, for example).
 """
 import argparse
 import glob
@@ -83,6 +85,18 @@ def default_files():
     return [p for _, paths in sorted(newest.values(), key=lambda v: v[1]) for p in paths]
 
 
+# The stolen share (%) above which a row is left out when another run timed that size quiet (chorus-perf's
+# default --stolen-limit).
+STOLEN_LIMIT = 5
+
+
+def geometric_mean(samples):
+    """The geometric mean of [(seconds, stolen), ...] over the quiet samples, or over all if none is quiet."""
+    quiet = [t for t, was_stolen in samples if not was_stolen]
+    ts = quiet or [t for t, _ in samples]
+    return math.exp(sum(math.log(t) for t in ts) / len(ts))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="docs/data/builtin-tuning.json")
@@ -91,8 +105,11 @@ def main():
     args = ap.parse_args()
     files = args.files or default_files()
     data = json.load(open(args.json))
-    # (transport, coll, n) -> algorithm -> size -> [seconds, ...]: several runs of one table are combined by
-    # their geometric mean, which damps the run-to-run spread of oversubscribed timings.
+    # (transport, coll, n) -> algorithm -> size -> [(seconds, stolen), ...]: several runs of one table are
+    # combined by their geometric mean, which damps the run-to-run spread of oversubscribed timings. A row
+    # timed while the hypervisor stole more than 5% of the host's CPU time (scripts/algo-summary.py's
+    # stolen_rows: the runs' --json, or chorus-perf's notes) is left out wherever another run has that size
+    # quiet: it measured the host more than the algorithm.
     tables = {}
     for path in files:
         m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", path)
@@ -100,11 +117,13 @@ def main():
             continue
         key = (m.group(1), m.group(2), int(m.group(3)))
         algos, rows = summary.parse(path)
+        stolen = summary.stolen_rows(path)
         per_algo = tables.setdefault(key, {})
         for a in algos:
             for size, times, _, _ in rows:
                 if size > 0 and times.get(a, 0) > 0:
-                    per_algo.setdefault(a, {}).setdefault(size, []).append(times[a] * 1e-6)
+                    was_stolen = (stolen.get(size) or 0) > STOLEN_LIMIT
+                    per_algo.setdefault(a, {}).setdefault(size, []).append((times[a] * 1e-6, was_stolen))
     updated = 0
     for (transport, coll, n), per_algo in sorted(tables.items()):
         entries = [e for e in data["transports"].get(transport, []) if e["world_size"] == n]
@@ -113,7 +132,7 @@ def main():
             continue
         calib = entries[0].setdefault("algorithms", {})
         for a, by_size in per_algo.items():
-            points = sorted((size, math.exp(sum(math.log(t) for t in ts) / len(ts))) for size, ts in by_size.items())
+            points = sorted((size, geometric_mean(samples)) for size, samples in by_size.items())
             c = calib.setdefault(f"{coll}/{a}", {"latency": 1.0, "bandwidth": 1.0, "corrections": []})
             c["measured"] = [[float(b), t] for b, t in points]
             updated += 1

@@ -163,5 +163,48 @@ class StolenTime(unittest.TestCase):
             self.assertIn("not noted): 1; auto beyond 10%: 0, beyond 25%: 0", out)
 
 
+class FitMeasured(unittest.TestCase):
+    """fit-measured.py: the geometric mean of the runs per size, leaving out rows timed while the hypervisor
+    stole more than 5% wherever another run timed that size quiet."""
+    FIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "fit-measured.py")
+
+    def test_stolen_rows_give_way_to_quiet_ones_of_other_runs(self):
+        header = "# Algorithms of broadcast: binomial, chain\n"
+        # run: size -> (binomial us, chain us, stolen % noted or None)
+        runs = [{8: (1.0, 2.0, None), 64: (2.0, 2.0, 30), 512: (4.0, 1.0, None)},
+                {8: (4.0, 8.0, 37), 64: (8.0, 8.0, 40), 512: (9.0, 4.0, None)}]
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for r, rows in enumerate(runs):
+                path = os.path.join(tmp, f"run{r}", "algos-shm-broadcast-3ranks.txt")
+                os.mkdir(os.path.dirname(path))
+                with open(path, "w") as f:
+                    f.write(header)
+                    for size, (b, c, stolen) in rows.items():
+                        f.write(f"{size} {size // 4} float none 0 {b} {c} {b} binomial {b / min(b, c):.2f} x 0\n")
+                        if stolen:
+                            f.write(f"#   ^ {stolen}% of this host's CPU time was stolen by its hypervisor\n")
+                paths.append(path)
+            tuning, source = os.path.join(tmp, "tuning.json"), os.path.join(tmp, "tuning.cc")
+            with open(tuning, "w") as f:
+                json.dump({"transports": {"shm": [{"world_size": 3}]}}, f)
+            with open(source, "w") as f:
+                f.write('const char* k = R"json(\n{}\n)json";\n')
+            subprocess.run([sys.executable, self.FIT, "--json", tuning, "--source", source] + paths, check=True,
+                           capture_output=True)
+            algos = json.load(open(tuning))["transports"]["shm"][0]["algorithms"]
+            binomial = dict((int(b), t * 1e6) for b, t in algos["broadcast/binomial"]["measured"])
+            chain = dict((int(b), t * 1e6) for b, t in algos["broadcast/chain"]["measured"])
+            # 8 B: run 1 was stolen, run 0 quiet: run 0 alone.
+            self.assertAlmostEqual(binomial[8], 1.0)
+            self.assertAlmostEqual(chain[8], 2.0)
+            # 64 B: stolen in both runs: both, as no quiet one exists.
+            self.assertAlmostEqual(binomial[64], 4.0)
+            # 512 B: quiet in both: the geometric mean of both.
+            self.assertAlmostEqual(binomial[512], 6.0)
+            self.assertAlmostEqual(chain[512], 2.0)
+            self.assertIn('R"json(', open(source).read())
+
+
 if __name__ == "__main__":
     unittest.main()
