@@ -9,9 +9,10 @@ how the automatic choice compares with the best forced algorithm: auto/best is t
 
 --stolen adds how the misses of the automatic choice fall between rows timed while the hypervisor stole more
 than 5% of the host's CPU time, rows timed with less, and rows too short to judge. The figures come from the
---json files scripts/algo-bench.sh writes beside each table; for tables without them, from the notes
-chorus-perf prints under rows above 5% ("#   ^ N% of this host's CPU time was stolen ..."), which cannot tell
-quiet rows from short ones.
+--json files scripts/algo-bench.sh writes beside each table (chorus-perf judges a row too short to judge alone
+by the span of 20 ticks or more up to its end; older files have null there); for tables without them, from the
+notes chorus-perf prints under rows above 5% ("#   ^ N% of this host's CPU time was stolen ..."), which cannot
+tell quiet rows from short ones.
 """
 import glob
 import json

@@ -500,6 +500,47 @@ TEST(ChorusPerf, RetryStolenTimesRowsAgainAndKeepsTheQuietestAttempt) {
   std::remove(path.c_str());
 }
 
+TEST(ChorusPerf, ShortRowsAreJudgedByTheTicksUpToTheirEnd) {
+  // For each root in turn, a 1 KiB row (a few milliseconds: too short to judge alone) after the previous
+  // root's 64 MiB row (long enough): from the second root on, each short row is judged by a span of 20 ticks
+  // or more that ends with it.
+  std::string path = ::testing::TempDir() + "chorus_perf_test." + std::to_string(::getpid()) + ".window.json";
+  std::remove(path.c_str());
+  Result r =
+      run_perf({"broadcast", "-b", "1K", "-e", "64M", "-f", "65536", "-r", "-1", "-n", "2", "-w", "0", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["results"].size(), 2u * kRanks);
+  int long_rows = 0, judged_short_rows = 0;
+  for (size_t i = 0; i < j["results"].size(); ++i) {
+    const nlohmann::json& row = j["results"][i];
+    if (row["size"] == 1024u) {
+      // Short: judged by a span, or not at all where none long enough had passed yet.
+      ASSERT_FALSE(row["stolen_window_ticks"].is_null()) << row.dump();
+      if (long_rows > 0) {
+        EXPECT_GE(row["stolen_window_ticks"].get<uint64_t>(), 20u) << row.dump();
+        ASSERT_FALSE(row["stolen_share"].is_null()) << row.dump();
+        ++judged_short_rows;
+      }
+      if (row["stolen_window_ticks"] == 0u) {
+        EXPECT_TRUE(row["stolen_share"].is_null()) << row.dump();
+      }
+    } else if (row["stolen_window_ticks"].is_null()) {
+      ++long_rows;  // judged alone
+      ASSERT_FALSE(row["stolen_share"].is_null()) << row.dump();
+    }
+    if (!row["stolen_share"].is_null()) {
+      EXPECT_GE(row["stolen_share"].get<double>(), 0.0);
+      EXPECT_LE(row["stolen_share"].get<double>(), 1.0);
+    }
+  }
+  EXPECT_EQ(long_rows, kRanks) << "a 64 MiB row runs for more than 20 ticks of CPU time\n" << r.out;
+  EXPECT_EQ(judged_short_rows, kRanks - 1) << r.out;
+  std::remove(path.c_str());
+}
+
 TEST(ChorusPerf, RunsAloneWithoutALauncher) {
   Result r = run({kChorusPerf, "broadcast", "-b", "8", "-e", "8K", "-f", "32", "-n", "1", "-w", "1"},
                  {"CHORUS_RANK=0", "CHORUS_WORLD_SIZE=1"});

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -229,8 +230,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("--stolen-limit", o.stolen_limit,
                  "The share of rank 0's host's CPU time, stolen while a row ran, from which the row gets a note "
-                 "(and, with --retry-stolen, is timed again); rows shorter than 20 ticks of CPU time are not "
-                 "judged")
+                 "(and, with --retry-stolen, is timed again); a row shorter than 20 ticks of CPU time is judged "
+                 "by the last 20 or more ticks up to its end")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations at the largest and the smallest size")
@@ -607,8 +608,9 @@ struct Measurement {
 
 // The share of rank 0's host's CPU time that its hypervisor stole while a row ran (StolenTime).
 struct StolenReading {
-  double share = -1;       // < 0: unknown (the host does not count it) or the row was too short to judge
-  bool too_short = false;  // the row ran for fewer than StolenTime::kMinTicks ticks of CPU time
+  double share = -1;          // < 0: unknown (the host does not count it, or too little time to judge by)
+  bool too_short = false;     // the row ran for fewer than StolenTime::kMinTicks ticks of CPU time; `share` is
+  uint64_t window_ticks = 0;  // then that of the last window_ticks ticks up to its end (0: none long enough)
 };
 
 struct Row {
@@ -893,22 +895,43 @@ class CompareTable {
 class StolenTime {
  public:
   // The kernel counts CPU time in ticks (10 ms): a row shorter than this many ticks (of all CPUs together)
-  // gets no figure of its own, since one tick more or less would move it by as much as the default limit.
+  // gets no figure of its own, since one tick more or less would move it by as much as the default limit;
+  // judge() takes the span up to its end instead.
   static constexpr uint64_t kMinTicks = 20;
 
   // A reading of rank 0's host; the other ranks take none (only rank 0's host is judged).
   static std::optional<chorus::HostCpuTime> read(int rank) {
     return rank == 0 ? chorus::host_cpu_time() : std::nullopt;
   }
-  static StolenReading between(const std::optional<chorus::HostCpuTime>& before,
-                               const std::optional<chorus::HostCpuTime>& after) {
+  // The share stolen while a row ran, from readings before and after it. A row shorter than kMinTicks is
+  // judged by the recent past instead: the share over the shortest span that ends with it, starts at one of
+  // the `recent` readings and covers kMinTicks or more. Steal comes in stretches of seconds to minutes, so
+  // the few hundred milliseconds around a short row say how it fared.
+  static StolenReading judge(const std::optional<chorus::HostCpuTime>& before,
+                             const std::optional<chorus::HostCpuTime>& after,
+                             const std::deque<chorus::HostCpuTime>& recent) {
     StolenReading r;
-    r.share = chorus::stolen_share(before, after);
-    if (r.share >= 0 && after->total_ticks - before->total_ticks < kMinTicks) {
-      r.share = -1;
-      r.too_short = true;
+    if (!before || !after) return r;  // the host does not count it
+    if (after->total_ticks - before->total_ticks >= kMinTicks) {
+      r.share = chorus::stolen_share(before, after);
+      return r;
+    }
+    r.too_short = true;
+    for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
+      if (it->total_ticks <= after->total_ticks && after->total_ticks - it->total_ticks >= kMinTicks) {
+        r.share = chorus::stolen_share(*it, after);
+        r.window_ticks = after->total_ticks - it->total_ticks;
+        break;
+      }
     }
     return r;
+  }
+  // Keeps `recent` to what judge() may need after `now`: the newest reading kMinTicks or more before it, and
+  // every later one.
+  static void remember(std::deque<chorus::HostCpuTime>& recent, const std::optional<chorus::HostCpuTime>& now) {
+    if (!now) return;
+    recent.push_back(*now);
+    while (recent.size() > 1 && now->total_ticks - recent[1].total_ticks >= kMinTicks) recent.pop_front();
   }
 
   explicit StolenTime(double limit) : limit_(limit), start_(chorus::host_cpu_time()) {}
@@ -923,8 +946,15 @@ class StolenTime {
     if (kept.too_short) ++short_;
     if (over_limit(kept)) {
       ++noted_;
-      fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n",
-                 100 * kept.share);
+      if (kept.too_short) {
+        fmt::print(
+            "#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor in the last {} ticks up to the end "
+            "of this row (too short to judge alone)\n",
+            100 * kept.share, kept.window_ticks);
+      } else {
+        fmt::print("#   ^ {:.0f}% of this host's CPU time was stolen by its hypervisor while this row ran\n",
+                   100 * kept.share);
+      }
     }
     if (attempts.size() > 1) {
       ++retaken_;
@@ -955,8 +985,8 @@ class StolenTime {
     fmt::print(
         "# CPU time stolen by the hypervisor (steal in rank 0's host's /proc/stat) while the rows ran: {:.1f}%;"
         " at or above {:.0f}% during {} of {} rows, {} rows too short to judge alone (under {} ticks of CPU "
-        "time){}\n",
-        100 * share, 100 * limit_, noted_, rows_, short_, kMinTicks, retaken);
+        "time: judged by the last {} or more ticks up to their end){}\n",
+        100 * share, 100 * limit_, noted_, rows_, short_, kMinTicks, kMinTicks, retaken);
   }
 
  private:
@@ -1112,8 +1142,11 @@ class Bench {
       const double busbw_start = busbw_sum_;
       const int64_t results_start = results_;
       const std::optional<chorus::HostCpuTime> before = StolenTime::read(rank_);
+      StolenTime::remember(recent_readings_, before);
       R row = time_once(is_first);
-      row.stolen = StolenTime::between(before, StolenTime::read(rank_));
+      const std::optional<chorus::HostCpuTime> after = StolenTime::read(rank_);
+      row.stolen = StolenTime::judge(before, after, recent_readings_);
+      StolenTime::remember(recent_readings_, after);
       attempts.push_back(row.stolen);
       const bool over = StolenTime::over_limit(row.stolen, o_.stolen_limit);
       if (is_first) first = row;
@@ -1400,6 +1433,7 @@ class Bench {
   std::string algorithm_;             // forced on every call; empty: the library's choice
   std::vector<std::string> compare_;  // --algos, as the library spells them
   int check_rep_ = 0;                 // distinct inputs for every checked measurement
+  std::deque<chorus::HostCpuTime> recent_readings_;  // rank 0's, for judging short rows (StolenTime::judge)
   int64_t failed_tests_ = 0;          // measurements in which this rank had wrong elements
   double busbw_sum_ = 0;
   int64_t results_ = 0;
@@ -1480,11 +1514,14 @@ nlohmann::json measurement_json(const Measurement& m, bool traffic) {
 }
 
 // The share of the host's CPU time stolen while a row ran (StolenTime): null where the host does not count it
-// or the row was too short to judge; and, as "stolen_attempts", that of every attempt --retry-stolen made.
+// or where a row too short to judge alone had no span long enough before it; and, as "stolen_attempts", that
+// of every attempt --retry-stolen made.
 template <class R>
 void stolen_json(nlohmann::json& row, const R& r) {
   auto share = [](const StolenReading& s) { return s.share < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.share); };
   row["stolen_share"] = share(r.stolen);
+  // A row too short to judge alone: its share is that of this many ticks of CPU time up to its end.
+  row["stolen_window_ticks"] = r.stolen.too_short ? nlohmann::json(r.stolen.window_ticks) : nlohmann::json(nullptr);
   nlohmann::json attempts = nlohmann::json::array();
   for (const StolenReading& a : r.attempts) attempts.push_back(share(a));
   row["stolen_attempts"] = std::move(attempts);
