@@ -206,5 +206,65 @@ class FitMeasured(unittest.TestCase):
             self.assertIn('R"json(', open(source).read())
 
 
+class Merge(unittest.TestCase):
+    """algo-merge.py: per size, the row of the run timed with less stolen, in the table and its --json files."""
+    MERGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-merge.py")
+
+    def write(self, path, rows):
+        """rows: size -> (binomial us, stolen share or None); 8 and 64 B in the small run, 65536 in the large."""
+        with open(path, "w") as f:
+            for part in ("small", "large"):
+                f.write("# Algorithms of broadcast: binomial, chain\n")
+                for size, (t, share) in rows.items():
+                    if (size < 65536) == (part == "small"):
+                        f.write(f"{size} {size // 4} float none 0 {t} {t} {t} binomial 1.00 binomial 0\n")
+                        if share is not None and share >= 0.05:
+                            f.write(f"#   ^ {100 * share:.0f}% of this host's CPU time was stolen by its hypervisor "
+                                    "while this row ran\n")
+                f.write(f"# auto/best: worst 1.00 ({part})\n")
+                with open(path[:-4] + f".{part}.json", "w") as j:
+                    json.dump({"results": [{"size": size, "time": t, "stolen_share": share}
+                                           for size, (t, share) in rows.items() if (size < 65536) == (part == "small")]},
+                              j)
+
+    def test_each_size_keeps_the_quieter_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            first = os.path.join(tmp, "algos-shm-broadcast-3ranks.txt")
+            os.mkdir(os.path.join(tmp, "later"))
+            later = os.path.join(tmp, "later", "algos-shm-broadcast-3ranks.txt")
+            # 8 B: quieter later; 64 B: quieter first; 512 B: the first not judged (kept); 64 KiB: quieter later.
+            self.write(first, {8: (1.0, 0.30), 64: (2.0, 0.02), 512: (3.0, None), 65536: (4.0, 0.50)})
+            self.write(later, {8: (5.0, 0.02), 64: (6.0, 0.30), 512: (7.0, 0.0), 65536: (8.0, 0.10)})
+            out = subprocess.run([sys.executable, self.MERGE, first, later], capture_output=True, text=True,
+                                 check=True).stdout
+            self.assertIn("2 rows replaced", out)
+            _, rows = summary.parse(first)
+            self.assertEqual({size: times["binomial"] for size, times, _, _ in rows},
+                             {8: 5.0, 64: 2.0, 512: 3.0, 65536: 8.0})
+            text = open(first).read()
+            # The replaced rows bring their notes (and drop the first run's): 64 KiB is now noted at 10%.
+            self.assertNotIn("30% of this host", text.split("64 16 float")[0])
+            self.assertIn("65536 16384 float none 0 8.0", text)
+            self.assertIn("#   ^ 10% of this host's CPU time", text)
+            self.assertNotIn("#   ^ 50%", text)
+            self.assertEqual(text.count("# auto/best"), 2)
+            self.assertTrue(text.endswith("rows replaced by a later run's, timed with less CPU time stolen: 8 65536\n"))
+            small = json.load(open(first[:-4] + ".small.json"))
+            self.assertEqual([r["time"] for r in small["results"]], [5.0, 2.0, 3.0])
+            self.assertEqual(small["retaken_later"], [8])
+            large = json.load(open(first[:-4] + ".large.json"))
+            self.assertEqual(large["results"][0]["stolen_share"], 0.10)
+            self.assertEqual(large["retaken_later"], [65536])
+            self.assertEqual(summary.stolen_rows(first), {8: 2.0, 64: 2.0, 512: None, 65536: 10.0})
+
+    def test_without_the_json_files_it_refuses(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            first = os.path.join(tmp, "algos-shm-broadcast-3ranks.txt")
+            open(first, "w").write("# Algorithms of broadcast: binomial, chain\n")
+            r = subprocess.run([sys.executable, self.MERGE, first, first], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("not found", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
