@@ -4,7 +4,7 @@
 #   scripts/algo-bench.sh [tcp] [ITERS]
 # RANKS="3 8" and COLLS="broadcast allgather" narrow the sweep; OUT (default docs/data) is where the tables go.
 # Beside each table, chorus-perf's --json of its two runs (.small.json, .large.json) keeps each row's stolen
-# CPU time (stolen_share; null where a row was too short to judge), which scripts/algo-summary.py --stolen reads.
+# CPU time (stolen_share; null where a row could not be judged), which scripts/algo-summary.py --stolen reads.
 # A row timed while 5% or more of the host's CPU time was stolen is timed again, up to RETRY_STOLEN (default 3)
 # more times (chorus-perf --retry-stolen): on a virtual machine with shared cores the tables then hold quiet
 # rows wherever the hypervisor allowed one, at the cost of a longer sweep in a noisy hour. RETRY_STOLEN=0: never.
