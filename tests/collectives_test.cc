@@ -1,6 +1,7 @@
 // The correctness matrix: every collective on every transport and world size, for every dtype and op, for
 // counts 0, 1, fewer than the world size, not divisible by it, and large enough to take many pipeline
-// slices, in place and out of place. Results are checked against a serial reference computed here.
+// slices (at 16 ranks, that one for a type of each element size), in place and out of place. Results are
+// checked against a serial reference computed here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,14 +69,24 @@ const char* registry_name(Coll c) {
 }
 
 // Counts that cover the edge cases for world size n, plus one that spans many 1 KiB slices.
+constexpr size_t kManySlices = 6007;
 std::vector<size_t> counts_for(int n, bool large) {
   if (large) return {1, 300007};
   std::vector<size_t> c = {0, 1};
   if (n > 2) c.push_back(static_cast<size_t>(n - 1));
   c.push_back(static_cast<size_t>(2 * n + 1));
   c.push_back(1000);
-  c.push_back(6007);
+  c.push_back(kManySlices);
   return c;
+}
+
+// At 16 ranks the count that spans many slices costs most of the matrix's time (reduce_scatter moves 15 of
+// its chunks per rank per call in 1 KiB slices, with 16 ranks sharing the machine's cores), and slicing
+// depends on bytes, not on the type. So there it runs for one type of each element size; every other count
+// runs for every type, at every world size.
+bool runs_count(int n, DataType t, size_t count) {
+  if (n < 16 || count != kManySlices) return true;
+  return t == DataType::Int8 || t == DataType::Float16 || t == DataType::Float32 || t == DataType::Float64;
 }
 
 class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
@@ -144,6 +155,7 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
           references[j] = reference_reduce(t, op, column);
         }
         for (size_t count : counts_for(n, p.large)) {
+          if (!runs_count(n, t, count)) continue;
           for (bool in_place : {false, true}) {
             int root = static_cast<int>((count + static_cast<size_t>(t) + (in_place ? 1 : 0)) % static_cast<size_t>(n));
             std::string what = std::string(coll_name(p.coll)) + " rank " + std::to_string(r) + " " +
