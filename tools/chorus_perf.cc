@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -1040,13 +1041,12 @@ class Bench {
           }
         }
         for (int root : roots) {
-          dispatch(type, [&]<class T>() {
-            if (compare_.empty()) {
-              time_test<T>(type, op, root, on_row);
-            } else {
-              compare_test<T>(type, op, root, on_compare_row);
-            }
-          });
+          const Typed& typed = typed_for(type);
+          if (compare_.empty()) {
+            time_test(typed, type, op, root, on_row);
+          } else {
+            compare_test(typed, type, op, root, on_compare_row);
+          }
         }
       }
     }
@@ -1056,40 +1056,45 @@ class Bench {
   double avg_busbw() const { return results_ ? busbw_sum_ / static_cast<double>(results_) : 0; }
 
  private:
-  template <class F>
-  static void dispatch(DataType type, const F& f) {
+  // What depends on the element type: the input pattern, writing the inputs and checking the outputs. The
+  // timing around them does not, so it is compiled once rather than for every type.
+  struct Typed {
+    size_t ts;
+    Pattern (*pattern)(Coll coll, ReduceOp op, int nranks);
+    void (Bench::*fill_input)(const Layout& l, const Pattern& pattern, bool in_place, int iter);
+    int64_t (Bench::*check_once)(const Layout& l, const Pattern& pattern, DataType type, ReduceOp op, int root,
+                                 bool in_place, int iter, std::string_view algorithm);
+  };
+  template <class T>
+  static const Typed& typed() {
+    static constexpr Typed t{sizeof(T), &Pattern::make_for<T>, &Bench::fill_input<T>, &Bench::check_once<T>};
+    return t;
+  }
+
+  static const Typed& typed_for(DataType type) {
     switch (type) {
       case DataType::Int8:
-        f.template operator()<int8_t>();
-        break;
+        return typed<int8_t>();
       case DataType::UInt8:
-        f.template operator()<uint8_t>();
-        break;
+        return typed<uint8_t>();
       case DataType::Int32:
-        f.template operator()<int32_t>();
-        break;
+        return typed<int32_t>();
       case DataType::UInt32:
-        f.template operator()<uint32_t>();
-        break;
+        return typed<uint32_t>();
       case DataType::Int64:
-        f.template operator()<int64_t>();
-        break;
+        return typed<int64_t>();
       case DataType::UInt64:
-        f.template operator()<uint64_t>();
-        break;
+        return typed<uint64_t>();
       case DataType::Float16:
-        f.template operator()<chorus::float16_t>();
-        break;
+        return typed<chorus::float16_t>();
       case DataType::BFloat16:
-        f.template operator()<chorus::bfloat16_t>();
-        break;
+        return typed<chorus::bfloat16_t>();
       case DataType::Float32:
-        f.template operator()<float>();
-        break;
+        return typed<float>();
       case DataType::Float64:
-        f.template operator()<double>();
-        break;
+        return typed<double>();
     }
+    throw std::logic_error("chorus-perf: unknown data type");
   }
 
   std::string probe(const std::string& name) {
@@ -1184,25 +1189,25 @@ class Bench {
 
   // nccl-tests' TimeTest: warm up at the largest and the smallest size, then measure every size out of
   // place and in place.
-  template <class T, class OnRow>
-  void time_test(DataType type, ReduceOp op, int root, const OnRow& on_row) {
-    constexpr size_t ts = sizeof(T);
+  template <class OnRow>
+  void time_test(const Typed& typed, DataType type, ReduceOp op, int root, const OnRow& on_row) {
+    const size_t ts = typed.ts;
     comm_.barrier();
     warm_up(type, op, root, ts, algorithm_);
     for_each_size(ts, [&](const Layout& l) {
       on_row(retaking<Row>([&](bool first) {
         Row row = row_for<Row>(l, ts, type, op, root);
-        row.out_of_place = bench_time<T>(l, type, op, root, false, algorithm_, first);
-        row.in_place = bench_time<T>(l, type, op, root, true, algorithm_, first);
+        row.out_of_place = bench_time(typed, l, type, op, root, false, algorithm_, first);
+        row.in_place = bench_time(typed, l, type, op, root, true, algorithm_, first);
         return row;
       }));
     });
   }
 
   // --algos: every size out of place under each compared algorithm, then under the library's choice.
-  template <class T, class OnRow>
-  void compare_test(DataType type, ReduceOp op, int root, const OnRow& on_row) {
-    constexpr size_t ts = sizeof(T);
+  template <class OnRow>
+  void compare_test(const Typed& typed, DataType type, ReduceOp op, int root, const OnRow& on_row) {
+    const size_t ts = typed.ts;
     comm_.barrier();
     for (const std::string& name : compare_) warm_up(type, op, root, ts, name);
     warm_up(type, op, root, ts, {});
@@ -1217,8 +1222,8 @@ class Bench {
         for (int rep = 0; rep < o_.repeats; ++rep) {
           bool check = first && rep == 0;
           for (size_t i = 0; i < k; ++i)
-            samples[i].push_back(bench_time<T>(l, type, op, root, false, compare_[i], check));
-          samples[k].push_back(bench_time<T>(l, type, op, root, false, {}, check));
+            samples[i].push_back(bench_time(typed, l, type, op, root, false, compare_[i], check));
+          samples[k].push_back(bench_time(typed, l, type, op, root, false, {}, check));
         }
         auto median = [](std::vector<Measurement>& v) {
           std::optional<int64_t> wrong = v.front().wrong;
@@ -1281,12 +1286,11 @@ class Bench {
   }
 
   // nccl-tests' BenchTime.
-  template <class T>
-  Measurement bench_time(const Layout& l, DataType type, ReduceOp op, int root, bool in_place,
+  Measurement bench_time(const Typed& typed, const Layout& l, DataType type, ReduceOp op, int root, bool in_place,
                          std::string_view algorithm, bool check = true) {
-    constexpr size_t ts = sizeof(T);
-    Pattern pattern = Pattern::make_for<T>(o_.coll->coll, op, nranks_);
-    if (o_.check > 0 && check) fill_input<T>(l, pattern, in_place, /*iter=*/-1);
+    const size_t ts = typed.ts;
+    Pattern pattern = typed.pattern(o_.coll->coll, op, nranks_);
+    if (o_.check > 0 && check) (this->*typed.fill_input)(l, pattern, in_place, /*iter=*/-1);
     launch(l, type, op, root, in_place, ts, 0, algorithm);
     if (algorithm.empty()) {
       // CHORUS_ADAPT: a shape whose near-ties are still being timed runs untimed until the ranks have agreed,
@@ -1338,7 +1342,8 @@ class Bench {
     if (o_.check > 0 && check) {
       int64_t wrong = 0;
       for (int c = 0; c < o_.check; ++c) {
-        int64_t local = check_once<T>(l, pattern, type, op, root, in_place, check_rep_ * o_.check + c, algorithm);
+        int64_t local =
+            (this->*typed.check_once)(l, pattern, type, op, root, in_place, check_rep_ * o_.check + c, algorithm);
         if (local) ++failed_tests_;
         wrong = local;
         comm_.all_reduce(&wrong, &wrong, 1, DataType::Int64, ReduceOp::Sum);
