@@ -1066,7 +1066,7 @@ class Bench {
                                  bool in_place, int iter, std::string_view algorithm);
   };
   template <class T>
-  static const Typed& typed() {
+  static const Typed& typed_of() {
     static constexpr Typed t{sizeof(T), &Pattern::make_for<T>, &Bench::fill_input<T>, &Bench::check_once<T>};
     return t;
   }
@@ -1074,25 +1074,25 @@ class Bench {
   static const Typed& typed_for(DataType type) {
     switch (type) {
       case DataType::Int8:
-        return typed<int8_t>();
+        return typed_of<int8_t>();
       case DataType::UInt8:
-        return typed<uint8_t>();
+        return typed_of<uint8_t>();
       case DataType::Int32:
-        return typed<int32_t>();
+        return typed_of<int32_t>();
       case DataType::UInt32:
-        return typed<uint32_t>();
+        return typed_of<uint32_t>();
       case DataType::Int64:
-        return typed<int64_t>();
+        return typed_of<int64_t>();
       case DataType::UInt64:
-        return typed<uint64_t>();
+        return typed_of<uint64_t>();
       case DataType::Float16:
-        return typed<chorus::float16_t>();
+        return typed_of<chorus::float16_t>();
       case DataType::BFloat16:
-        return typed<chorus::bfloat16_t>();
+        return typed_of<chorus::bfloat16_t>();
       case DataType::Float32:
-        return typed<float>();
+        return typed_of<float>();
       case DataType::Float64:
-        return typed<double>();
+        return typed_of<double>();
     }
     throw std::logic_error("chorus-perf: unknown data type");
   }
