@@ -107,15 +107,6 @@ void run_and_check(Communicator& comm, Algo a, DataType t, ReduceOp op, size_t c
   EXPECT_EQ(info.predicted_received, want) << what;
 }
 
-std::vector<size_t> counts_for(int n) {
-  std::vector<size_t> c = {0, 1};
-  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
-  c.push_back(static_cast<size_t>(2 * n + 1));
-  c.push_back(1000);
-  c.push_back(6007);
-  return c;
-}
-
 class BruckMatrix : public ::testing::TestWithParam<BruckParam> {
  protected:
   CommOptions options(size_t slice_bytes) const {
@@ -134,7 +125,7 @@ TEST_P(BruckMatrix, MatchesReference) {
     const bool reduces = p.algo == Algo::ReduceScatterPairwise;
     for (DataType t : all_dtypes()) {
       for (ReduceOp op : reduces ? all_ops() : std::vector<ReduceOp>{ReduceOp::Sum}) {
-        for (size_t count : counts_for(p.world_size)) {
+        for (size_t count : edge_counts(p.world_size)) {
           for (bool in_place : {false, true}) {
             std::string what = "rank " + std::to_string(comm.rank()) + " " + std::string(to_string(t)) +
                                (reduces ? " " + std::string(to_string(op)) : "") + " count " + std::to_string(count) +

@@ -68,16 +68,11 @@ const char* registry_name(Coll c) {
   return "";
 }
 
-// Counts that cover the edge cases for world size n, plus one that spans many 1 KiB slices.
-constexpr size_t kManySlices = 6007;
+// The edge counts for world size n (test_util.h), or for the large cases one element and one count of many
+// 128 KiB slices.
 std::vector<size_t> counts_for(int n, bool large) {
   if (large) return {1, 300007};
-  std::vector<size_t> c = {0, 1};
-  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
-  c.push_back(static_cast<size_t>(2 * n + 1));
-  c.push_back(1000);
-  c.push_back(kManySlices);
-  return c;
+  return edge_counts(n);
 }
 
 // At 16 ranks the count that spans many slices costs most of the matrix's time (reduce_scatter moves 15 of

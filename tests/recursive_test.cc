@@ -115,15 +115,6 @@ OperationInfo run_and_check(Communicator& comm, Algo a, DataType t, ReduceOp op,
   return info;
 }
 
-std::vector<size_t> counts_for(int n) {
-  std::vector<size_t> c = {0, 1};
-  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
-  c.push_back(static_cast<size_t>(2 * n + 1));
-  c.push_back(1000);
-  c.push_back(6007);
-  return c;
-}
-
 CommOptions options(TransportKind transport, size_t slice_bytes) {
   CommOptions o;
   o.transport = transport;
@@ -140,7 +131,7 @@ TEST_P(RecursiveMatrix, MatchesReference) {
   run_world(p.world_size, options(p.transport, 1024), [&](Communicator& comm) {
     for (DataType t : all_dtypes()) {
       for (ReduceOp op : reduces(p.algo) ? all_ops() : std::vector<ReduceOp>{ReduceOp::Sum}) {
-        for (size_t count : counts_for(p.world_size)) {
+        for (size_t count : edge_counts(p.world_size)) {
           for (bool in_place : {false, true}) {
             std::string what = "rank " + std::to_string(comm.rank()) + " " + std::string(to_string(t)) +
                                (reduces(p.algo) ? " " + std::string(to_string(op)) : "") + " count " +

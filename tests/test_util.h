@@ -38,6 +38,19 @@ inline std::string transport_name(const ::testing::TestParamInfo<TransportParam>
   return transport_label(info.param.transport);
 }
 
+// The element counts a correctness matrix runs at world size n: none, one, fewer than the ranks (n - 1, from 3
+// ranks), a count that does not divide among the ranks (2n + 1), one that fits in a 1 KiB slice for most types,
+// and kManySlices, which spans many 1 KiB slices.
+inline constexpr size_t kManySlices = 6007;
+inline std::vector<size_t> edge_counts(int n) {
+  std::vector<size_t> c = {0, 1};
+  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
+  c.push_back(static_cast<size_t>(2 * n + 1));
+  c.push_back(1000);
+  c.push_back(kManySlices);
+  return c;
+}
+
 // Sets an environment variable for the test's lifetime (communicators read it when they are created); an
 // empty value leaves it unset.
 class ScopedEnv {

@@ -279,15 +279,6 @@ const algo::Algorithm& all_reduce_algorithm(const std::string& name) {
   return *a;
 }
 
-std::vector<size_t> counts_for(int n) {
-  std::vector<size_t> c = {0, 1};
-  if (n > 2) c.push_back(static_cast<size_t>(n - 1));
-  c.push_back(static_cast<size_t>(2 * n + 1));
-  c.push_back(1000);
-  c.push_back(6007);
-  return c;
-}
-
 // ---------------------------------------------------------------- results against a serial reference
 
 struct AlgoParam {
@@ -316,7 +307,7 @@ TEST_P(AllReduceAlgorithm, MatchesSerialReference) {
       for (DataType t : all_dtypes()) {
         const size_t es = dtype_size(t);
         for (ReduceOp op : all_ops()) {
-          for (size_t count : counts_for(n)) {
+          for (size_t count : edge_counts(n)) {
             for (bool in_place : {false, true}) {
               std::vector<char> in(count * es), out(count * es, 0x5a);
               for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, input_value(t, op, r, i));
