@@ -57,8 +57,10 @@ GENERATIONS = [
     # beyond 10% when choosing from one run, 4.2% from two, 3.9% from three; and its check of the tables fitted
     # from those four (algos-s12-tcp-check) joined last: 3.5% from four (docs/algorithms.md, "How close can a
     # fixed table come?").
+    # The sixteenth session's sweep with the tables fitted from those five (algos-s16-tcp, 0-24% stolen per
+    # table, the stolen rows timed again) joined in the seventeenth: held out in turn over the six runs, 3.4%.
     ["docs/data/algos-s10-tcp", "docs/data/algos-s10-tcp2", "docs/data/algos-s10-tcp-check", "docs/data/algos-s12-tcp",
-     "docs/data/algos-s12-tcp-check"],
+     "docs/data/algos-s12-tcp-check", "docs/data/algos-s16-tcp"],
     # shm after one locked instruction per call (tenth session), on the eleventh session's machine: two full shm
     # runs. With the older tables 4-rank broadcast chose binomial from 8 to 256 B where the chain had become
     # 1.3-1.5 times faster (15/24 sizes within 10%).
