@@ -2,7 +2,7 @@
 # Reruns the performance comparison of docs/performance.md in one command, and regenerates its tables and plots.
 #
 #   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1]
-#                    [--registered 0|1] [--quick]
+#                    [--registered 0|1] [--quick] [--no-probes]
 #
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
@@ -18,18 +18,21 @@
 # --registered 1: chorus-perf's buffers come from chorus::mem_alloc (-R 1: local peers read them in place; the
 # peers' buffers stay plain heap memory), into compare-...-<t>-registered.txt; plot-bench.py leaves these out of
 # the generated tables.
+# --no-probes: leaves membw.txt, floor.txt and rss.txt as they are (to time some rows again after a full run,
+# whose probes describe the same hour as its tables).
 # --quick: all_reduce only, 2 ranks (a few minutes). The full run takes about 2 hours on the 2-core machine:
 # run it on a quiet machine, since every figure is a side-by-side ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0
+COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0 PROBES=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
     --rotate) ROTATE=$2; shift 2 ;;
     --registered) REGISTERED=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    --no-probes) PROBES=0; shift ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
@@ -50,23 +53,25 @@ stolen_since() {
   awk -v t=$((t1 - t0)) -v s=$((s1 - s0)) 'BEGIN { if (t > 0) printf "%.1f%% of %d ticks\n", 100 * s / t, t; else print "unknown" }'
 }
 
-echo "== memory bandwidth"
-cc -O2 -o /tmp/chorus-membw "$PEERS/membw.c"
-{ date -u; for b in 1048576 16777216 67108864; do /tmp/chorus-membw "$b"; done; } | tee "$OUT/membw.txt"
+if [[ $PROBES == 1 ]]; then
+  echo "== memory bandwidth"
+  cc -O2 -o /tmp/chorus-membw "$PEERS/membw.c"
+  { date -u; for b in 1048576 16777216 67108864; do /tmp/chorus-membw "$b"; done; } | tee "$OUT/membw.txt"
 
-echo "== the floor of a 2-rank all_reduce (bench/allreduce_floor.cc: the memory work alone, five ways)"
-[[ -x build/bin/allreduce_floor ]] || cmake --build build --target allreduce_floor
-{ date -u; build/bin/allreduce_floor -b 1M -e 64M -t 1; } | tee "$OUT/floor.txt"
+  echo "== the floor of a 2-rank all_reduce (bench/allreduce_floor.cc: the memory work alone, five ways)"
+  [[ -x build/bin/allreduce_floor ]] || cmake --build build --target allreduce_floor
+  { date -u; build/bin/allreduce_floor -b 1M -e 64M -t 1; } | tee "$OUT/floor.txt"
 
-echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
-{
-  date -u
-  echo "# user buffers: send + recv + expected (checking) = 3 x 64 MiB = 196608 KiB per rank"
-  for t in shm tcp; do
-    CHORUS_TRANSPORT=$t build/bin/chorus-run -n 2 -- /usr/bin/time -f "transport $t maxrss_kb %M" \
-      build/bin/chorus-perf allreduce -b 64M -e 64M -n 5 -w 1 2>&1 | grep maxrss_kb
-  done
-} | tee "$OUT/rss.txt"
+  echo "== peak memory of chorus-perf allreduce -b 64M -e 64M"
+  {
+    date -u
+    echo "# user buffers: send + recv + expected (checking) = 3 x 64 MiB = 196608 KiB per rank"
+    for t in shm tcp; do
+      CHORUS_TRANSPORT=$t build/bin/chorus-run -n 2 -- /usr/bin/time -f "transport $t maxrss_kb %M" \
+        build/bin/chorus-perf allreduce -b 64M -e 64M -n 5 -w 1 2>&1 | grep maxrss_kb
+    done
+  } | tee "$OUT/rss.txt"
+fi
 
 # compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate, and times as the peers' harness (mpi_coll.c) does:
 # as many iterations per size (--iters-by-size: 200 up to 64 KiB, 40 up to 4 MiB, 10 above; compare.sh's own
