@@ -20,8 +20,9 @@
 # the generated tables.
 # --no-probes: leaves membw.txt, floor.txt and rss.txt as they are (to time some rows again after a full run,
 # whose probes describe the same hour as its tables).
-# --quick: all_reduce only, 2 ranks (a few minutes). The full run takes about 2 hours on the 2-core machine:
-# run it on a quiet machine, since every figure is a side-by-side ratio.
+# --quick: all_reduce only, 2 ranks (a few minutes). The full run takes 35-50 minutes on the 2-core machine
+# (2026-12-01 03:24-04:10, 2026-12-02 02:00-02:36 UTC): run it on a quiet machine, since every figure is a
+# side-by-side ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0 PROBES=1
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --registered) REGISTERED=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
     --no-probes) PROBES=0; shift ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
   esac
 done
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
