@@ -39,8 +39,8 @@ inline std::string transport_name(const ::testing::TestParamInfo<TransportParam>
 }
 
 // The element counts a correctness matrix runs at world size n: none, one, fewer than the ranks (n - 1, from 3
-// ranks), a count that does not divide among the ranks (2n + 1), one that fits in a 1 KiB slice for most types,
-// and kManySlices, which spans many 1 KiB slices.
+// ranks), a count that does not divide among the ranks (2n + 1), 1000 (one to eight 1 KiB slices, by the type's
+// size), and kManySlices, which spans many.
 inline constexpr size_t kManySlices = 6007;
 inline std::vector<size_t> edge_counts(int n) {
   std::vector<size_t> c = {0, 1};
