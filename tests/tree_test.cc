@@ -409,7 +409,7 @@ TEST_P(AllReduceTraffic, MeasuredBytesMatchTheRegistry) {
   const algo::Algorithm& algorithm = all_reduce_algorithm(p.algorithm);
   run_ranks(p.transport, n, [&](RankState& st) {
     for (DataType t : {DataType::Int8, DataType::Float32, DataType::Float64}) {
-      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), size_t{1000}, size_t{6007}}) {
+      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), size_t{1000}, kManySlices}) {
         for (size_t slice_bytes : {size_t{40}, size_t{1024}}) {
           std::vector<char> in(count * dtype_size(t), 0), out(count * dtype_size(t));
           algo::OpContext c = all_reduce_context(st, algorithm.id, count, t, ReduceOp::Sum, slice_bytes);
@@ -477,7 +477,7 @@ TEST(AllReduceThroughCommunicator, ForcedAlgorithmsRunAndTheirTrafficMatches) {
     options.timeout = std::chrono::seconds(60);
     options.slice_bytes = 1024;
     run_world(n, options, [&](Communicator& comm) {
-      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), size_t{6007}}) {
+      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), kManySlices}) {
         for (const char* name : {"tree", "direct"}) {
           std::vector<int32_t> in(count, comm.rank() + 1), out(count, 0);
           const bool by_option = std::string(name) == "direct";
