@@ -57,13 +57,14 @@ void all_gather_bruck(OpContext& c, const void* send, void* recv, size_t count) 
   auto* out = static_cast<char*>(recv);
   const auto* mine = static_cast<const char*>(send);
   if (block == 0) return;
-  if (mine != out + static_cast<size_t>(r) * block) std::memcpy(out + static_cast<size_t>(r) * block, mine, block);
+  const OwnBlock own{out, static_cast<size_t>(r) * block, block, mine};
+  if (mine != out + own.off) std::memcpy(out + own.off, mine, block);
 
   for (int d = 1; d < n; d *= 2) {
     const int m = all_gather_round_blocks(d, n);
     const int to = mod(r - d, n), from = mod(r + d, n);
     for_each_wrapped_slice(r, m, n, block, c.slice_bytes,
-                           [&](size_t off, size_t len) { prims.send(to, out + off, len); });
+                           [&](size_t off, size_t len) { prims.send(to, own.source(off, len), len); });
     for_each_wrapped_slice(from, m, n, block, c.slice_bytes,
                            [&](size_t off, size_t len) { prims.recv(from, out + off, len); });
   }

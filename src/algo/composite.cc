@@ -39,6 +39,8 @@ void broadcast_scatter_allgather(OpContext& c, const void* send, void* recv, siz
   auto real = [&](int vr) { return mod(vr + root, n); };
   auto* out = static_cast<char*>(recv);
   if (v == 0 && send != recv && count > 0) std::memcpy(out, send, count * c.esize);
+  // What the root sends of its own data comes from the input, not from the copy just made (see OwnBlock).
+  const char* src = v == 0 ? static_cast<const char*>(send) : out;
   // Piece i belongs to virtual rank i.
   Partition pieces{count, n};
   auto piece_off = [&](int i) { return pieces.offset(i) * c.esize; };
@@ -56,7 +58,7 @@ void broadcast_scatter_allgather(OpContext& c, const void* send, void* recv, siz
     int child = v + m;
     if (child >= n) continue;
     int sub = std::min(m, n - child);
-    prims.send(real(child), out + piece_off(child), range_bytes(child, sub));
+    prims.send(real(child), src + piece_off(child), range_bytes(child, sub));
   }
 
   // Ring all-gather of the pieces: virtual ranks are consecutive around the ring.
@@ -66,7 +68,7 @@ void broadcast_scatter_allgather(OpContext& c, const void* send, void* recv, siz
     size_t lo = piece_off(i), len = pieces.size(i) * c.esize;
     for (size_t o = 0; o < len; o += c.slice_bytes) fn(lo + o, std::min(c.slice_bytes, len - o));
   };
-  piece_slices(v, [&](size_t off, size_t len) { prims.send(right, out + off, len); });
+  piece_slices(v, [&](size_t off, size_t len) { prims.send(right, src + off, len); });
   for (int t = 0; t < n - 1; ++t) {
     bool forward = t + 1 < n - 1;
     piece_slices(v - t - 1, [&](size_t off, size_t len) {

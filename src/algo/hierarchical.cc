@@ -112,14 +112,17 @@ Place place_of(const Topology& topo, int rank) {
 
 // Sends every listed block to every listed peer and receives theirs, slice by slice, straight into place:
 // blocks[i] is the communicator rank whose block (of `block` bytes at base + rank * block) peer i holds.
-void exchange_blocks(OpContext& g, char* base, size_t block, const std::vector<int>& mine,
+// This rank's own block is sent from its input (see OwnBlock).
+void exchange_blocks(OpContext& g, char* base, size_t block, const OwnBlock& own, const std::vector<int>& mine,
                      const std::vector<std::vector<int>>& theirs) {
   Prims prims(g);
   for (int k = 1; k < g.size; ++k) {
     int to = mod(g.rank + k, g.size);
     for (int b : mine)
-      for (size_t off = 0; off < block; off += g.slice_bytes)
-        prims.send(to, base + static_cast<size_t>(b) * block + off, std::min(g.slice_bytes, block - off));
+      for (size_t off = 0; off < block; off += g.slice_bytes) {
+        const size_t at = static_cast<size_t>(b) * block + off, len = std::min(g.slice_bytes, block - off);
+        prims.send(to, own.source(at, len), len);
+      }
   }
   for (int k = 1; k < g.size; ++k) {
     int from = mod(g.rank - k, g.size);
@@ -138,13 +141,14 @@ void all_gather_hierarchical(OpContext& c, const void* send, void* recv, size_t 
   const size_t block = count * c.esize;
   auto* out = static_cast<char*>(recv);
   char* mine = out + static_cast<size_t>(c.rank) * block;
+  const OwnBlock own{out, static_cast<size_t>(c.rank) * block, block, static_cast<const char*>(send)};
   if (send != mine && block > 0) std::memcpy(mine, send, block);
   // Stage 1, across hosts: each column member's block to every other member (H-1 blocks cross per rank).
   if (topo.hosts > 1) {
     OpContext s1 = group_context(c, p.column, p.host);
     std::vector<std::vector<int>> theirs;
     for (int q : p.column) theirs.push_back({q});
-    exchange_blocks(s1, out, block, {c.rank}, theirs);
+    exchange_blocks(s1, out, block, own, {c.rank}, theirs);
     add_traffic(c, s1);
   }
   // Stage 2, inside the host: each local rank shares the H blocks of its column.
@@ -156,7 +160,7 @@ void all_gather_hierarchical(OpContext& c, const void* send, void* recv, size_t 
       for (int h = 0; h < topo.hosts; ++h) col.push_back(topo.ranks_on(h)[static_cast<int>(j)]);
       theirs.push_back(col);
     }
-    exchange_blocks(s2, out, block, p.column, theirs);
+    exchange_blocks(s2, out, block, own, p.column, theirs);
     add_traffic(c, s2);
   }
 }

@@ -182,17 +182,26 @@ void all_gather_recursive_doubling(OpContext& c, const void* send, void* recv, s
   auto* out = static_cast<char*>(recv);
   auto at = [&](int b) { return out + static_cast<size_t>(b) * block; };
   auto blocks = [&](int lo, int hi) { return static_cast<size_t>(hi - lo) * block; };
+  const OwnBlock own{out, static_cast<size_t>(c.rank) * block, block, static_cast<const char*>(send)};
   if (send != at(c.rank) && block > 0) std::memcpy(at(c.rank), send, block);
+  // Sends of ranges that are just this rank's block read the input (see OwnBlock).
+  auto send_range = [&](int peer, int lo, int hi) {
+    const size_t from = static_cast<size_t>(lo) * block, bytes = blocks(lo, hi);
+    for (size_t off = 0; off < bytes; off += c.slice_bytes) {
+      const size_t len = std::min(c.slice_bytes, bytes - off);
+      prims.send(peer, own.source(from + off, len), len);
+    }
+  };
 
   if (f.excluded()) {
-    send_slices(prims, f.partner, at(c.rank), block);
+    send_range(f.partner, c.rank, c.rank + 1);
     recv_slices(prims, f.partner, at(0), blocks(0, c.rank));
     recv_slices(prims, f.partner, at(c.rank + 1), blocks(c.rank + 1, c.size));
   } else {
     if (f.folded()) recv_slices(prims, f.partner, at(f.partner), block);
     for (int m = 1; m < f.p; m <<= 1) {
       const int peer = f.real(f.vrank ^ m), mine = own_group(f.vrank, m), theirs = peer_group(f.vrank, m);
-      send_slices(prims, peer, at(f.first(mine)), blocks(f.first(mine), f.first(mine + m)));
+      send_range(peer, f.first(mine), f.first(mine + m));
       recv_slices(prims, peer, at(f.first(theirs)), blocks(f.first(theirs), f.first(theirs + m)));
     }
     if (f.folded()) {
