@@ -105,6 +105,30 @@ TEST(ShmRing, PointToPointStreamsFillTheRingBothWays) {
   });
 }
 
+TEST(ShmRing, SmallFramesGoBackToTheStartOnceTheConsumerCaughtUp) {
+  // Exchanges that drain the rings call after call: a producer that has gone 64 KiB into a ring pads the rest
+  // of the lap and starts again at the beginning (ShmTransport::rewind), so the consumer skips padding frames
+  // between data frames. With a 256 KiB ring, frames of up to 20 KiB straddle the 64 KiB mark, and the 64 KiB
+  // payloads go by cross-memory attach (a descriptor frame) where the kernel allows it, else through the ring
+  // (a frame too large to go back). Every element is checked, and both ranks must have gone back.
+  ScopedEnv ring("CHORUS_SHM_RING_BYTES", std::to_string(4 * kRingBytes));
+  constexpr int kMessages = 2000;
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> in(16384), out(16384);
+    for (int m = 0; m < kMessages; ++m) {
+      const size_t n = count_of(m);  // one frame each way
+      for (size_t i = 0; i < n; ++i) in[i] = value(r, m, i);
+      std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(n), -1.0f);
+      comm.all_reduce(in.data(), out.data(), n, DataType::Float32, ReduceOp::Max);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], value(1, m, i)) << "rank " << r << ", message " << m << ", element " << i;
+      }
+    }
+    EXPECT_GT(comm.traffic().ring_rewinds, 0u) << "rank " << r;
+  });
+}
+
 // Large payloads of a sender with nothing else to do stream through the ring (both cores copy), where each
 // rank has a core of its own and the operation sends at least CHORUS_SHM_STREAM_IDLE_BYTES to the peer; every
 // other large payload goes by cross-memory attach (the receiver copies). Which way a payload went shows in

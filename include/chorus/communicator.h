@@ -100,6 +100,9 @@ struct TrafficCounters {
   // place from the sender's registered memory (chorus::mem_alloc, include/chorus/memory.h).
   uint64_t attach_reads = 0;
   uint64_t registered_reads = 0;
+  // Shared memory only: times this rank's small frames went back to the start of a peer's ring once the peer
+  // had caught up, rather than on to the ring's end (so small messages keep reusing the same few pages).
+  uint64_t ring_rewinds = 0;
 };
 
 // What the most recent operation on a communicator did.

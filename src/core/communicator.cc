@@ -1153,6 +1153,7 @@ TrafficCounters Communicator::traffic() const {
   t.missed_wakeups = w.missed_wakeups;
   t.attach_reads = w.attach_reads;
   t.registered_reads = w.mapped_reads;
+  t.ring_rewinds = w.ring_rewinds;
   return t;
 }
 

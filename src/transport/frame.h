@@ -17,7 +17,9 @@ namespace chorus::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x31524843;  // "CHR1"
 
-enum class FrameKind : uint8_t { Data = 1, Goodbye = 2, Abort = 3 };
+// Pad: the shared-memory transport's filler from where a producer stopped to the end of its ring, when it goes
+// back to the ring's start (a header, then `length` bytes that were never written).
+enum class FrameKind : uint8_t { Data = 1, Goodbye = 2, Abort = 3, Pad = 4 };
 
 // Which operation a frame belongs to.
 enum class OpKind : uint8_t {

@@ -75,6 +75,7 @@ struct WaitCounters {
   uint64_t missed_wakeups = 0;  // sleeps that ran their whole time slice although their data had come
   uint64_t attach_reads = 0;    // frames received by one copy through cross-memory attach
   uint64_t mapped_reads = 0;    // frames received by reading the sender's registered memory in place
+  uint64_t ring_rewinds = 0;    // times this rank's sends went back to the start of a peer's ring early
 };
 
 class Transport {

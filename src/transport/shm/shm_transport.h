@@ -115,6 +115,9 @@ class ShmTransport final : public Transport {
     // only when that does not cover what it needs, so a producer that runs ahead costs one miss per batch.
     uint64_t head = 0;
     uint64_t head_seen = 0;
+    // Stream position before which rewind() does not look at the tail again (after a look that found the
+    // consumer too far behind).
+    uint64_t rewind_after = 0;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
@@ -124,6 +127,7 @@ class ShmTransport final : public Transport {
   void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, OnBytes&& on_bytes,
                OnRemote&& on_remote);
   bool write_some(int peer);
+  void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
   uint64_t ring_room(Peer& p, uint64_t head, size_t need);
   template <class Ready>
