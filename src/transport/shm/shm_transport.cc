@@ -679,18 +679,22 @@ uint64_t ShmTransport::ring_room(Peer& p, uint64_t head, size_t need) {
 }
 
 // Before a frame of `frame` bytes (header included) is written at p.head: if that is at least kHotBytes into
-// the ring, the frame is small, and the consumer has released enough that the rest of this lap and the frame
-// both fit, writes a Pad header over the rest of the lap and moves p.head to the next lap's start. The caller
-// publishes the new head with its frame. A look at the consumer's tail that finds too little room is not
-// repeated for another kHotBytes / 4 of stream, so a producer running ahead pays for it rarely.
+// the ring, the frame is small, and the consumer has released everything written so far, writes a Pad header
+// over the rest of the lap and moves p.head to the next lap's start. The caller publishes the new head with
+// its frame.
 void ShmTransport::rewind(Peer& p, char* ring_data, size_t frame) {
   const size_t size = options_.ring_bytes;
   const uint64_t head = p.head;
   const size_t at = static_cast<size_t>(head & (size - 1));
   if (at < kHotBytes || frame > kSmallFrameBytes || at % kAlign != 0 || head < p.rewind_after) return;
   const size_t gap = size - at;  // at least one header: `at` is a multiple of kAlign below `size`
-  if (ring_room(p, head, gap + frame) < gap + frame) {
-    p.rewind_after = head + kHotBytes / 4;
+  // Only into an empty ring. Until the consumer reaches the pad, the frames after it have only the room the
+  // consumer had released of this lap, so going back while it is behind caps how far a producer can run
+  // ahead (a broadcast's root): 4-rank shm broadcasts of 8-32 KiB took 2-3 times longer so, even with half
+  // of kHotBytes of room required. A consumer found behind is looked at again after kHotBytes / 16 more
+  // bytes (one miss on its line per look).
+  if (ring_room(p, head, size) < size) {
+    p.rewind_after = head + kHotBytes / 16;
     return;
   }
   encode_header(ring_data + at, FrameKind::Pad, MessageTag{}, gap - sizeof(FrameHeader), comm_tag_, rank_);
