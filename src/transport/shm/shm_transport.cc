@@ -43,7 +43,7 @@ constexpr uint32_t kControlMembarrier = 1;      // Control::flags bit: registere
 // and finds its consumer caught up pads the rest of the lap and goes back to the start, instead of walking
 // on through the whole ring (1 MiB by default). The cache lines and pages that small messages use are then
 // the same few call after call, as a fixed mailbox's would be: the first lap through a ring's pages costs a
-// miss per line (and, on a virtual machine, more per page: touch_hot_pages). Measured on the 2-core
+// miss per line (and, on a virtual machine, more per page: touch_pages). Measured on the 2-core
 // machine, 2026-12-02: 2-rank all_gathers of 8 B to 2 KiB took 1.2-5.5 us per call over their first 200
 // calls with the 1 MiB ring walked end to end, 0.5-0.8 us with a 64 KiB ring. "Small" is every frame whose
 // payload the ring carries by default: below the 64 KiB from which payloads go by cross-memory attach.
@@ -157,20 +157,29 @@ void prefault(void* base, size_t offset, size_t len, const std::string& name) {
 #endif
 }
 
-// Reads one byte of every page of the part of a ring that small frames use (see kHotBytes: they start below
-// it, so they end within kSmallFrameBytes after it) through this mapping. On a virtual machine the first access to a
-// page through a mapping can cost far more than a cache miss even once prefault has filled in its page-table entry: on
-// the 2-core test machine (2026-12-02) about 5 us per 4 KiB page and per mapping, whether the access read or wrote, and
-// 0.2 us once either had touched it. Left to the first small frames, that cost fell inside their collectives. The rest
-// of the ring is left to the first large frames, whose copies take longer than the touch anyway (touching whole rings
-// tripled the CPU time of creating 16-rank communicators).
-void touch_hot_pages(const char* ring_data, size_t ring_bytes) {
+// Reads one byte of every page of the first `bytes` of a ring through this mapping. On a virtual machine the
+// first access to a page through a mapping can cost far more than a cache miss even once prefault has filled
+// in its page-table entry: on the 2-core test machine (2026-12-02) about 5 us per 4 KiB page and per mapping,
+// whether the access read or wrote, and 0.2 us once either had touched it. Left to the frames, that cost falls
+// inside the first collectives to reach each page (2-rank reduce_scatters of 64 KiB took 15-20 us per call
+// over their first 200 calls instead of 3).
+void touch_pages(const char* ring_data, size_t bytes) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   unsigned sink = 0;
-  for (size_t off = 0; off < std::min(ring_bytes, kHotBytes + kSmallFrameBytes); off += page) {
+  for (size_t off = 0; off < bytes; off += page) {
     sink += *reinterpret_cast<const volatile unsigned char*>(ring_data + off);
   }
   static_cast<void>(sink);
+}
+
+// How much of each ring touch_pages reads at creation: all of it while this rank's rings (inbound, and its own
+// in each peer) come to at most kTouchAllBytes, which covers 4 local ranks with the default 1 MiB rings; else
+// the part small frames use (kHotBytes, then at most one small frame), since touching every ring of 16 local
+// ranks tripled the CPU time of creating their communicators here.
+constexpr size_t kTouchAllBytes = size_t{8} << 20;
+size_t touch_bytes(int local_count, size_t ring_bytes) {
+  const size_t rings = 2 * static_cast<size_t>(local_count - 1) * ring_bytes;
+  return rings <= kTouchAllBytes ? ring_bytes : std::min(ring_bytes, kHotBytes + kSmallFrameBytes);
 }
 
 int open_pidfd(pid_t pid) {
@@ -299,7 +308,9 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // SIGBUS in the middle of a collective.
   prefault(t->self_, 0, t->self_bytes_, t->self_name_);
   for (int from = 0; from < count; ++from) {
-    if (local[from] != rank) touch_hot_pages(static_cast<char*>(p) + ShmSegment::data_offset(from, count, ring), ring);
+    if (local[from] != rank) {
+      touch_pages(static_cast<char*>(p) + ShmSegment::data_offset(from, count, ring), touch_bytes(count, ring));
+    }
   }
   auto& c = t->self_->control;
   c.comm_tag = comm_tag;
@@ -351,7 +362,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     peer.segment = static_cast<ShmSegment*>(m);
     // Our page-table entries for the ring we write into (its owner has already allocated the pages).
     prefault(m, ShmSegment::data_offset(me, count, ring), ring, name);
-    touch_hot_pages(static_cast<char*>(m) + ShmSegment::data_offset(me, count, ring), ring);
+    touch_pages(static_cast<char*>(m) + ShmSegment::data_offset(me, count, ring), touch_bytes(count, ring));
     const auto& pc = peer.segment->control;
     if (pc.magic != kMagic || pc.comm_tag != comm_tag || pc.rank != q || pc.ring_bytes != ring) {
       base::throw_error(ErrorCode::Mismatch,
