@@ -301,12 +301,19 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     ::shm_unlink(t->self_name_.c_str());
     base::throw_errno(fmt::format("mmap {}", t->self_name_), err);
   }
-  t->self_ = static_cast<ShmSegment*>(p);
   // Every page of our segment now, not on first touch: the first trip of each frame through a fresh ring page
   // cost both ranks a page fault (small all_reduces of 256 B to 1 KiB timed 2-3 times slower over their first
   // few hundred calls), and a /dev/shm too small for the rings fails here, with a message, instead of as a
-  // SIGBUS in the middle of a collective.
-  prefault(t->self_, 0, t->self_bytes_, t->self_name_);
+  // SIGBUS in the middle of a collective. The transport adopts the mapping only afterwards: on failure even
+  // the control page may be missing, and close() would write to it (a SIGBUS in the destructor, seen when the
+  // ranks of one host raced for too small a /dev/shm).
+  try {
+    prefault(p, 0, t->self_bytes_, t->self_name_);
+  } catch (...) {
+    ::munmap(p, t->self_bytes_);
+    throw;  // the destructor unlinks the name
+  }
+  t->self_ = static_cast<ShmSegment*>(p);
   for (int from = 0; from < count; ++from) {
     if (local[from] != rank) {
       touch_pages(static_cast<char*>(p) + ShmSegment::data_offset(from, count, ring), touch_bytes(count, ring));
