@@ -101,7 +101,7 @@ struct TrafficCounters {
   uint64_t attach_reads = 0;
   uint64_t registered_reads = 0;
   // Shared memory only: times this rank's small frames went back to the start of a peer's ring once the peer
-  // had caught up, rather than on to the ring's end (so small messages keep reusing the same few pages).
+  // had emptied it, rather than on to the ring's end (so small messages keep reusing the same few pages).
   uint64_t ring_rewinds = 0;
 };
 
