@@ -48,7 +48,7 @@ constexpr uint32_t kControlMembarrier = 1;      // Control::flags bit: registere
 // calls with the 1 MiB ring walked end to end, 0.5-0.8 us with a 64 KiB ring. "Small" is every frame whose
 // payload the ring carries by default: below the 64 KiB from which payloads go by cross-memory attach.
 constexpr size_t kHotBytes = 64 << 10;
-constexpr size_t kSmallFrameBytes = kHotBytes + 64;  // header + a payload of up to 64 KiB
+constexpr size_t kSmallFrameBytes = sizeof(FrameHeader) + kHotBytes;  // a header and up to 64 KiB of payload
 
 int membarrier(int cmd) { return static_cast<int>(::syscall(__NR_membarrier, cmd, 0, 0)); }
 
