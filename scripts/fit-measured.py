@@ -10,12 +10,16 @@ world sizes.
 
   scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [FILES...]
 
-Without FILES: the tables of GENERATIONS below. A generation is a set of runs of one state of the transports;
-for each (transport, collective, world size) the newest generation that measured it wins, and the tables of
-that generation are combined by the geometric mean of their runs; a row timed while the hypervisor stole more
+Without FILES: the tables of GENERATIONS below. A generation is a set of runs of one state of the transports
+on one kind of host; for each (transport, collective, world size, kind of host) the newest generation that
+measured it wins, and the tables of that generation are combined by the geometric mean of their runs; a row timed while the hypervisor stole more
 than 5% of the host's CPU time is left out of it where another run of the generation timed that size quiet.
 Older generations timed code that no longer exists (the shm rings before prefaulting paid page faults on their
 first calls, for example).
+
+Kinds of host: the tables of a generation go into the entries whose copy_gbps (the measuring host's copy rate,
+base::copy_rate_gbps; chorus-tune records it) is within a factor of 2 of the generation's; FILES given on the command line go into
+the kind --copy-gbps names (default: the earlier host's).
 """
 import argparse
 import glob
@@ -31,7 +35,14 @@ from importlib import import_module
 summary = import_module("algo-summary")
 
 
-# Oldest first. Add a generation when a transport change makes the older tables misleading.
+# The copy rate recorded for the entries of the host the project was measured on until the eighteenth session.
+# That host was not measured with base::copy_rate_gbps (8 MiB); its memory probe (../shared/peers/membw.c, in
+# docs/data/bench/membw.txt's history) read 12-26 GB/s at 1 MiB and 4.2-12.8 GB/s at 16 MiB, against 41-43 and
+# 24-31 on the eighteenth and nineteenth sessions' host.
+EARLIER_HOST_COPY_GBPS = 8.0
+
+# Oldest first. Add a generation when a transport change makes the older tables misleading. A plain list of
+# directories is a generation of the earlier host; {"dirs": [...], "copy_gbps": X} one of another kind.
 GENERATIONS = [
     # The first sweep and its partial rerun (2026-11-30, before the shm small-message path and prefaulting),
     # and a third tcp run (13:43-13:57 UTC): the tcp transport changed only by per-frame savings that shift every
@@ -72,22 +83,46 @@ GENERATIONS = [
     # 5.2% of sizes beyond 10% (docs/algorithms.md, "A quiet sweep with the built-in tables").
     ["docs/data/algos-s11-shm1", "docs/data/algos-s11-shm", "docs/data/algos-s11-shm-check", "docs/data/algos-s12-shm",
      "docs/data/algos-s12-shm-check", "docs/data/algos-s16-shm"],
+    # Another kind of host (the eighteenth and nineteenth sessions'): 8 MiB copied at 34-53 GB/s, first touch
+    # of a 4 KiB page about 7 us. With the earlier host's tables it chose beyond 10% of the fastest algorithm
+    # at 112 of 564 shm sizes and 73 tcp sizes (docs/algorithms.md, "Tables per kind of host"). Two runs of
+    # each transport, of the code of commit 3ba3310 (the transports as in the newest generations above, plus
+    # the eighteenth session's shm small-frame changes): the first timed the earlier host's tables, the check
+    # run the tables fitted from the first alone; and a third shm run (algos-s19-shm-check2), which timed the
+    # tables fitted from the first two: auto beyond 10% at 33 of 564 sizes, beyond 25% at 7.
+    {"dirs": ["docs/data/algos-s19-shm", "docs/data/algos-s19-shm-check", "docs/data/algos-s19-shm-check2",
+              "docs/data/algos-s19-tcp", "docs/data/algos-s19-tcp-check"], "copy_gbps": 40.0},
 ]
 
 
+def generation_dirs(g):
+    """(directories, copy_gbps) of a GENERATIONS item."""
+    if isinstance(g, dict):
+        return g["dirs"], float(g["copy_gbps"])
+    return g, EARLIER_HOST_COPY_GBPS
+
+
+def same_kind(a, b):
+    """Whether copy rates a and b are one kind of host: within a factor of 2 (as chorus-tune's update), or
+    either unknown (0; as tune::host_distance)."""
+    return a <= 0 or b <= 0 or abs(math.log(a / b)) < math.log(2)
+
+
 def default_files():
-    newest = {}  # (transport, coll, n) -> (generation, [paths])
-    for g, dirs in enumerate(GENERATIONS):
+    """[(path, copy_gbps), ...]: per (transport, coll, n, kind of host), the newest generation's tables."""
+    newest = {}  # (transport, coll, n, copy_gbps) -> (generation, [paths])
+    for g, item in enumerate(GENERATIONS):
+        dirs, copy = generation_dirs(item)
         for d in dirs:
             for path in sorted(glob.glob(os.path.join(d, "algos-*-*-*ranks.txt"))):
                 m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", os.path.basename(path))
                 if not m:
                     continue
-                key = (m.group(1), m.group(2), int(m.group(3)))
+                key = (m.group(1), m.group(2), int(m.group(3)), copy)
                 if key not in newest or newest[key][0] < g:
                     newest[key] = (g, [])
                 newest[key][1].append(path)
-    return [p for _, paths in sorted(newest.values(), key=lambda v: v[1]) for p in paths]
+    return [(p, key[3]) for key, (_, paths) in sorted(newest.items(), key=lambda kv: (kv[1][0], kv[0])) for p in paths]
 
 
 # The stolen share (%) above which a row is left out when another run timed that size quiet (chorus-perf's
@@ -106,9 +141,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="docs/data/builtin-tuning.json")
     ap.add_argument("--source", default="src/tune/builtin_tuning.cc")
+    ap.add_argument("--copy-gbps", type=float, default=EARLIER_HOST_COPY_GBPS,
+                    help="the kind of host FILES were measured on (its entries' copy_gbps)")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
-    files = args.files or default_files()
+    files = [(f, args.copy_gbps) for f in args.files] if args.files else default_files()
     data = json.load(open(args.json))
     # (transport, coll, n) -> algorithm -> size -> [(seconds, stolen), ...]: several runs of one table are
     # combined by their geometric mean, which damps the run-to-run spread of oversubscribed timings. A row
@@ -116,11 +153,11 @@ def main():
     # stolen_rows: the runs' --json, or chorus-perf's notes) is left out wherever another run has that size
     # quiet: it measured the host more than the algorithm.
     tables = {}
-    for path in files:
+    for path, copy in files:
         m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", path)
         if not m:
             continue
-        key = (m.group(1), m.group(2), int(m.group(3)))
+        key = (m.group(1), m.group(2), int(m.group(3)), copy)
         algos, rows = summary.parse(path)
         stolen = summary.stolen_rows(path)
         per_algo = tables.setdefault(key, {})
@@ -130,10 +167,12 @@ def main():
                     was_stolen = (stolen.get(size) or 0) > STOLEN_LIMIT
                     per_algo.setdefault(a, {}).setdefault(size, []).append((times[a] * 1e-6, was_stolen))
     updated = 0
-    for (transport, coll, n), per_algo in sorted(tables.items()):
-        entries = [e for e in data["transports"].get(transport, []) if e["world_size"] == n]
+    for (transport, coll, n, copy), per_algo in sorted(tables.items()):
+        entries = [e for e in data["transports"].get(transport, [])
+                   if e["world_size"] == n and same_kind(e.get("copy_gbps", 0), copy)]
         if not entries:
-            print(f"no {transport} entry for {n} ranks in {args.json}: {coll} skipped", file=sys.stderr)
+            print(f"no {transport} entry for {n} ranks and copy_gbps {copy} in {args.json}: {coll} skipped "
+                  "(scripts/tune-builtin.sh on such a host adds it)", file=sys.stderr)
             continue
         calib = entries[0].setdefault("algorithms", {})
         for a, by_size in per_algo.items():

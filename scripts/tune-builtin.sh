@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Measures the cost model's tuning on this machine (chorus-tune over tcp and over shared memory at 2, 3, 4 and
 # 8 ranks) and writes it into src/tune/builtin_tuning.cc, the tuning Chorus uses without CHORUS_TUNING_FILE.
-# Rebuild afterwards.
+# Rebuild afterwards, then put the measured tables back with scripts/fit-measured.py (chorus-tune writes fresh
+# entries, without them).
 #   scripts/tune-builtin.sh [OUT_JSON]
+# The entries of other kinds of host in OUT_JSON stay: chorus-tune replaces only those of this host's kind
+# (copy rates within a factor of 2; docs/algorithms.md, "Tables per kind of host"). FRESH=1 starts from an
+# empty file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/data/builtin-tuning.json}
 BIN=build/bin
-rm -f "$OUT"
+if [ "${FRESH:-0}" = 1 ]; then rm -f "$OUT"; fi
 for t in tcp shm; do
   for n in 2 3 4 8; do
     echo "== chorus-tune, $t, $n ranks"

@@ -205,6 +205,25 @@ class FitMeasured(unittest.TestCase):
             self.assertAlmostEqual(chain[512], 2.0)
             self.assertIn('R"json(', open(source).read())
 
+    def test_tables_go_to_the_entry_of_their_kind_of_host(self):
+        header = "# Algorithms of broadcast: binomial, chain\n"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "algos-shm-broadcast-3ranks.txt")
+            with open(path, "w") as f:
+                f.write(header + "8 2 float none 0 1.0 2.0 1.0 binomial 1.00 x 0\n")
+            tuning, source = os.path.join(tmp, "tuning.json"), os.path.join(tmp, "tuning.cc")
+            with open(tuning, "w") as f:
+                json.dump({"transports": {"shm": [{"world_size": 3, "copy_gbps": 8.0},
+                                                  {"world_size": 3, "copy_gbps": 37.0}]}}, f)
+            with open(source, "w") as f:
+                f.write('const char* k = R"json(\n{}\n)json";\n')
+            subprocess.run([sys.executable, self.FIT, "--json", tuning, "--source", source, "--copy-gbps", "45",
+                            path], check=True, capture_output=True)
+            entries = json.load(open(tuning))["transports"]["shm"]
+            self.assertNotIn("algorithms", entries[0])  # 8 GB/s: another kind, untouched
+            measured = entries[1]["algorithms"]["broadcast/binomial"]["measured"]
+            self.assertAlmostEqual(measured[0][1] * 1e6, 1.0)
+
 
 class Merge(unittest.TestCase):
     """algo-merge.py: per size, the row of the run timed with less stolen, in the table and its --json files."""

@@ -271,6 +271,143 @@ TEST(TuningFile, MeasuredTablesApplyOnlyInTheCoreRegimeTheyWereMeasuredIn) {
   std::remove(path.c_str());
 }
 
+// Entries measured on two kinds of host for one transport and world size: the copy rate (CHORUS_COPY_GBPS here,
+// measured by rank 0 otherwise) picks the nearer kind, the same one on every rank.
+TEST(TuningFile, EntriesFromSeveralKindsOfHostApplyToTheNearestKind) {
+  EXPECT_DOUBLE_EQ(tune::host_distance(10, 10), 0.0);
+  EXPECT_NEAR(tune::host_distance(40, 10), std::log(4.0), 1e-12);
+  EXPECT_NEAR(tune::host_distance(10, 40), std::log(4.0), 1e-12);
+  EXPECT_DOUBLE_EQ(tune::host_distance(0, 40), 0.0);  // unknown matches any host
+  EXPECT_DOUBLE_EQ(tune::host_distance(40, 0), 0.0);
+
+  // The chain wins at 16 KiB on the slow-copy host (6 GB/s), binomial on the fast one (40 GB/s); alpha tells
+  // the entries apart, and at a millisecond or more per message keeps the untabled algorithms out.
+  auto entry = [](int world, double copy, double alpha_us, double binomial, double chain) {
+    return fmt::format(R"({{"world_size": {}, "copy_gbps": {}, "alpha_us": {}, "overhead_us": 0.1,
+       "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {{
+        "broadcast/binomial": {{"latency": 1, "bandwidth": 1, "measured": [[1024, {}], [1048576, {}]]}},
+        "broadcast/chain": {{"latency": 1, "bandwidth": 1, "measured": [[1024, {}], [1048576, {}]]}}}}}})",
+                       world, copy, alpha_us, binomial, 10 * binomial, chain, 10 * chain);
+  };
+  const std::string text = fmt::format(R"({{"chorus_tuning": 1, "transports": {{"inproc": [{}, {}, {}, {}]}}}})",
+                                       entry(4, 6, 1000, 4e-5, 1e-5), entry(4, 40, 2000, 1e-5, 4e-5),
+                                       entry(8, 6, 3000, 8e-5, 2e-5), entry(8, 40, 4000, 2e-5, 8e-5));
+  const tune::Tuning t = tune::parse_tuning(text, "kinds");
+  EXPECT_TRUE(tune::has_host_kinds(t));
+  EXPECT_TRUE(tune::distinguishes_hosts(&t));
+  const tune::Tuning again = tune::parse_tuning(tune::tuning_to_json(t), "again");
+  EXPECT_DOUBLE_EQ(again.transports.at("inproc")[1].copy_gbps, 40.0);
+  EXPECT_FALSE(tune::has_host_kinds(
+      tune::parse_tuning(fmt::format(R"({{"chorus_tuning": 1, "transports": {{"inproc": [{}, {}]}}}})",
+                                     entry(4, 6, 1000, 4e-5, 1e-5), entry(8, 40, 4000, 2e-5, 8e-5)),
+                         "one kind per world size")));
+
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 4, 5.0).link.alpha, 1e-3);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 4, 30.0).link.alpha, 2e-3);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 4, 0).link.alpha, 1e-3);  // unknown: the first
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 7, 100.0).link.alpha, 4e-3);
+  // The geometric middle between 6 and 40 is 15.5: the nearer kind by ratio, not by difference.
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 4, 14.0).link.alpha, 1e-3);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "inproc", 4, 17.0).link.alpha, 2e-3);
+
+  // Interpolating for 6 ranks takes both neighbours from the nearer kind.
+  const double w = std::log(6.0 / 4) / std::log(8.0 / 4);
+  for (double copy : {6.0, 40.0}) {
+    std::vector<algo::Calibration> cal(algo::algorithms_for(algo::Collective::Broadcast).size());
+    int lo = 0, hi = 0;
+    ASSERT_EQ(tune::interpolate_measured(&t, "inproc", 6, algo::Collective::Broadcast, cal, &lo, &hi, 0, copy), 2);
+    const double at4 = copy < 10 ? 1e-5 : 4e-5, at8 = copy < 10 ? 2e-5 : 8e-5;  // the chain at 1 KiB
+    const double expect = std::exp((1 - w) * std::log(at4) + w * std::log(at8));
+    bool found = false;
+    for (size_t i = 0; i < cal.size(); ++i) {
+      if (algo::algorithms_for(algo::Collective::Broadcast)[i].name != std::string_view("chain")) continue;
+      found = true;
+      ASSERT_FALSE(cal[i].measured.empty());
+      EXPECT_NEAR(cal[i].measured.front().second, expect, expect * 1e-9) << copy;
+    }
+    EXPECT_TRUE(found);
+  }
+
+  // Whole communicators: the choice follows CHORUS_COPY_GBPS, every rank reports rank 0's figure.
+  std::string path = temp_path("kinds");
+  write_file(path, text);
+  ScopedEnv file("CHORUS_TUNING_FILE", path);
+  for (const auto& [copy, want] : {std::pair<const char*, const char*>{"6", "chain"},
+                                   {"40", "binomial"},
+                                   {"12.5", "chain"},
+                                   {"200", "binomial"}}) {
+    ScopedEnv rate("CHORUS_COPY_GBPS", copy);
+    std::vector<std::string> chosen(4);
+    std::vector<double> seen(4);
+    std::string source;
+    run_world(4, CommOptions{}, [&](Communicator& comm) {
+      chosen[static_cast<size_t>(comm.rank())] = comm.automatic_algorithm("broadcast", 1 << 12, DataType::Float32);
+      seen[static_cast<size_t>(comm.rank())] = comm.copy_rate_gbps();
+      if (comm.rank() == 0) source = comm.tuning_source();
+    });
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(chosen[static_cast<size_t>(r)], want) << copy << " rank " << r;
+      EXPECT_DOUBLE_EQ(seen[static_cast<size_t>(r)], std::strtod(copy, nullptr)) << r;
+    }
+    EXPECT_NE(source.find("GB/s"), std::string::npos) << source;
+  }
+  // Not set: rank 0 measures this host, and every rank gets its figure.
+  {
+    std::vector<double> seen(3);
+    run_world(3, CommOptions{},
+              [&](Communicator& comm) { seen[static_cast<size_t>(comm.rank())] = comm.copy_rate_gbps(); });
+    EXPECT_GT(seen[0], 0.05);
+    EXPECT_LT(seen[0], 10000.0);
+    EXPECT_EQ(seen[1], seen[0]);
+    EXPECT_EQ(seen[2], seen[0]);
+    EXPECT_NEAR(seen[0], base::copy_rate_gbps(), 0.001);  // as published: three decimals
+  }
+  // A bad figure fails creation, naming the variable, before anything is published.
+  for (const char* bad : {"fast", "0", "-3", "4x", "nan"}) {
+    ScopedEnv rate("CHORUS_COPY_GBPS", bad);
+    const std::string what = expect_error(ErrorCode::InvalidArgument, [] {
+      (void)Communicator::create(std::make_shared<MemoryStore>(), 0, 2, CommOptions{});
+    });
+    EXPECT_NE(what.find("CHORUS_COPY_GBPS"), std::string::npos) << "'" << bad << "': " << what;
+  }
+  std::remove(path.c_str());
+}
+
+// chorus-tune keeps the entries of other kinds of host: a measurement replaces only the entry of its world size
+// measured on a host copying within a factor of 2 of this one.
+TEST(Calibration, UpdatingATuningFileKeepsOtherKindsOfHost) {
+  std::string path = temp_path("update-kinds");
+  std::remove(path.c_str());
+  LinkFigures f;
+  f.alpha_us = 1;
+  f.overhead_us = 0.5;
+  f.beta_ns_per_byte = 0.1;
+  f.gamma_ns_per_byte = 0.2;
+  f.world_size = 2;
+  f.transport = "tcp";
+  f.copy_gbps = 6;
+  update_tuning_file(path, f);
+  f.copy_gbps = 40;
+  f.alpha_us = 2;
+  update_tuning_file(path, f);  // another kind: kept beside the first
+  f.copy_gbps = 30;
+  f.alpha_us = 3;
+  update_tuning_file(path, f);  // the same kind as 40: replaces it
+  f.world_size = 3;
+  update_tuning_file(path, f);  // another world size
+  const tune::Tuning t = tune::load_tuning_file(path);
+  const auto& e = t.transports.at("tcp");
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].world_size, 2);
+  EXPECT_DOUBLE_EQ(e[0].copy_gbps, 6.0);
+  EXPECT_DOUBLE_EQ(e[0].link.alpha, 1e-6);
+  EXPECT_EQ(e[1].world_size, 2);
+  EXPECT_DOUBLE_EQ(e[1].copy_gbps, 30.0);
+  EXPECT_DOUBLE_EQ(e[1].link.alpha, 3e-6);
+  EXPECT_EQ(e[2].world_size, 3);
+  std::remove(path.c_str());
+}
+
 TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   std::string path = temp_path("measured");
   std::vector<Child> job{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--",
@@ -284,6 +421,8 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   ASSERT_EQ(t.transports.count("tcp"), 1u);
   const algo::LinkModel& l = t.transports.at("tcp").at(0).link;
   EXPECT_EQ(t.transports.at("tcp").at(0).world_size, 2);
+  // And which kind of host it was: rank 0's copy rate.
+  EXPECT_GT(t.transports.at("tcp").at(0).copy_gbps, 0.05);
   // It records how crowded the host was: both ranks here, over the CPUs this process may use.
   EXPECT_DOUBLE_EQ(t.transports.at("tcp").at(0).ranks_per_core, 2.0 / base::usable_cores());
   // Loopback on any machine: a hop well under a millisecond, over 100 MB/s, a reduction over 100 MB/s.

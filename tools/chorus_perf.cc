@@ -1470,7 +1470,8 @@ std::vector<std::string> describe_ranks(Communicator& comm) {
 }
 
 // nccl-tests' preamble, then what chooses the algorithm and what the traffic columns hold.
-void print_preamble(const Options& o, const std::vector<std::string>& ranks, const Bench& bench) {
+void print_preamble(const Options& o, const std::vector<std::string>& ranks, const Bench& bench,
+                    const chorus::Communicator& comm) {
   bool factor = o.step_factor > 1;
   fmt::print(
       "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} "
@@ -1478,8 +1479,9 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
       o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup,
       o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10)") : std::to_string(o.iters), o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
-  fmt::print("#\n# chorus {}, reduction kernels: {}{}\n#\n", chorus::version_string(), chorus::kernel_isa(),
-             o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "");
+  fmt::print("#\n# chorus {}, reduction kernels: {}{}\n# cost model: {}\n#\n", chorus::version_string(),
+             chorus::kernel_isa(), o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "",
+             comm.tuning_source());
   if (!bench.compared().empty()) {
     std::string names;
     for (const std::string& n : bench.compared()) names += (names.empty() ? "" : ", ") + n;
@@ -1630,7 +1632,7 @@ int main(int argc, char** argv) {
     PerfTable table(o);
     CompareTable compare_table(o, bench.compared());
     if (rank == 0) {
-      print_preamble(o, identities, bench);
+      print_preamble(o, identities, bench, *comm);
       if (bench.compared().empty()) {
         table.print_header();
       } else {

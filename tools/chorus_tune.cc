@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
     chorus::LinkFigures f = chorus::calibrate_link(*comm, opts);
     const bool lead = comm->rank() == 0;
     if (lead) {
-      std::printf("# chorus-tune: %s, %d ranks, %.2f ranks per core\n", f.transport.c_str(), f.world_size,
-                  f.ranks_per_core);
+      std::printf("# chorus-tune: %s, %d ranks, %.2f ranks per core, a host copying %.1f GB/s\n", f.transport.c_str(),
+                  f.world_size, f.ranks_per_core, f.copy_gbps);
       if (f.stolen_share >= 0) {
         std::printf("# CPU time of this host stolen by its hypervisor while measuring: %.1f%%\n", 100 * f.stolen_share);
       }

@@ -306,6 +306,12 @@ class CHORUS_API Communicator {
   // (the union of their affinity masks, capped by a cgroup CPU quota). Above 1 the ranks take turns on the
   // cores. The same on every rank.
   double ranks_per_core() const noexcept;
+  // The copy rate (GB/s of one core's memcpy) by which the cost model's tuning entry was chosen, where the
+  // tuning holds tables from more than one kind of host: rank 0's, measured at creation or CHORUS_COPY_GBPS.
+  // 0 where the tuning has one kind. The same on every rank.
+  double copy_rate_gbps() const noexcept;
+  // Where the cost model's figures came from: the tuning file or "built-in tuning", and which entry.
+  std::string tuning_source() const;
   // True once an error other than InvalidArgument has broken this communicator.
   bool failed() const noexcept;
 

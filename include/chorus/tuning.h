@@ -36,6 +36,9 @@ struct LinkFigures {
   std::vector<AlgorithmFit> algorithms;  // empty unless CalibrationOptions::algorithms
   // Ranks on the measuring host per core it could use (more than 1: the ranks took turns on the cores).
   double ranks_per_core = 0;
+  // Rank 0's copy rate (GB/s of one core's memcpy of 8 MiB; Communicator::copy_rate_gbps): which kind of host
+  // the figures describe. A tuning file may hold entries from several kinds; the nearest applies.
+  double copy_gbps = 0;
   // The share of rank 0's host's CPU time that its hypervisor gave to other guests while the probes ran
   // (stolen_share below); negative when the host does not count it. Above a few percent the figures are
   // those of a machine that was running at part speed, and chorus-tune says so.

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 
@@ -120,15 +121,25 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   const std::string& k = impl->key_prefix;
   if (rank == 0) {
     impl->comm_tag = random_tag();
-    // CHORUS_ADAPT travels with the tag: every rank must run the same schedule of timed near-ties and
-    // agreements, so rank 0's setting is the communicator's.
-    st.set(k + "tag", fmt::format("{:016x}/{}/{}", impl->comm_tag, size, impl->config.adapt_rounds));
+    // The copy rate that picks among the tuning's kinds of host (tune::entry_for): CHORUS_COPY_GBPS, else
+    // measured here, once per process, if the tuning has more than one kind.
+    const double copy = impl->config.copy_gbps > 0                             ? impl->config.copy_gbps
+                        : tune::distinguishes_hosts(impl->config.tuning.get()) ? base::copy_rate_gbps()
+                                                                               : 0;
+    // Rank 0 keeps the figure as the others will read it.
+    const std::string copy_text = fmt::format("{:.3f}", copy);
+    impl->copy_gbps = std::strtod(copy_text.c_str(), nullptr);
+    // CHORUS_ADAPT and the copy rate travel with the tag: every rank must run the same schedule of timed
+    // near-ties and agreements, and choose from the same tuning entry, so rank 0's figures are the
+    // communicator's.
+    st.set(k + "tag", fmt::format("{:016x}/{}/{}/{}", impl->comm_tag, size, impl->config.adapt_rounds, copy_text));
   } else {
     std::string v = st.get(k + "tag", deadline.remaining());
     unsigned long long tag = 0;
     int rank0_size = 0;
     int rank0_adapt = 0;
-    if (std::sscanf(v.c_str(), "%16llx/%d/%d", &tag, &rank0_size, &rank0_adapt) != 3) {
+    double rank0_copy = 0;
+    if (std::sscanf(v.c_str(), "%16llx/%d/%d/%lf", &tag, &rank0_size, &rank0_adapt, &rank0_copy) != 4) {
       base::throw_error(ErrorCode::Mismatch, fmt::format("communicator {}: unreadable tag '{}' in the store", k, v));
     }
     if (rank0_size != size) {
@@ -138,6 +149,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                         0);
     }
     impl->comm_tag = tag;
+    impl->copy_gbps = rank0_copy;
     if (rank0_adapt != impl->config.adapt_rounds) {
       base::log_warn("CHORUS_ADAPT/CHORUS_ADAPT_ROUNDS differ from rank 0's; rank 0's ({}) applies to every rank",
                      rank0_adapt ? fmt::format("on, {} rounds", rank0_adapt) : std::string("off"));
@@ -265,10 +277,12 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   // A hybrid's choices are governed by its slow links; the shared-memory figures describe the inside of a host.
   const bool hybrid = impl->transport->name() == "shm+tcp";
   std::string_view tuned_as = hybrid ? "tcp" : impl->transport->name();
-  const tune::LinkEntry& tuned = tune::entry_for(impl->config.tuning.get(), tuned_as, size);
+  const double copy_gbps = impl->copy_gbps;
+  const tune::LinkEntry& tuned = tune::entry_for(impl->config.tuning.get(), tuned_as, size, copy_gbps);
   impl->link = tuned.link;
-  impl->intra_link = hybrid ? tune::entry_for(impl->config.tuning.get(), "shm", static_cast<int>(local.size())).link
-                            : tuned.link;
+  impl->intra_link =
+      hybrid ? tune::entry_for(impl->config.tuning.get(), "shm", static_cast<int>(local.size()), copy_gbps).link
+             : tuned.link;
   int interpolated_from[2] = {0, 0};
   // Measured tables also describe whether the ranks had a core each or took turns on the cores; they apply
   // only to a host on the same side (tune::same_core_regime).
@@ -290,7 +304,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     if (!hybrid && tuned.world_size != size) {
       int lo = 0, hi = 0;
       if (tune::interpolate_measured(impl->config.tuning.get(), tuned_as, size, static_cast<algo::Collective>(c),
-                                     impl->calibration[c], &lo, &hi, ranks_per_core) > 0) {
+                                     impl->calibration[c], &lo, &hi, ranks_per_core, copy_gbps) > 0) {
         interpolated_from[0] = lo;
         interpolated_from[1] = hi;
       }
@@ -305,9 +319,13 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
                               "{:.2f} on its most crowded host",
                               tuned.ranks_per_core, ranks_per_core);
   }
-  impl->tuning_source = fmt::format("{} ({} ranks entry{})",
+  std::string host_note;
+  if (tuned.copy_gbps > 0 && copy_gbps > 0) {
+    host_note = fmt::format(", measured on a host copying {:.1f} GB/s; this one {:.1f}", tuned.copy_gbps, copy_gbps);
+  }
+  impl->tuning_source = fmt::format("{} ({} ranks entry{}{})",
                                     impl->config.tuning ? impl->config.tuning->source : std::string("built-in tuning"),
-                                    tuned.world_size, tables_note);
+                                    tuned.world_size, host_note, tables_note);
   impl->sent_to.assign(static_cast<size_t>(size), 0);
   impl->received_from.assign(static_cast<size_t>(size), 0);
   init_op_context(*impl);

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "base/cpu.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "chorus/tuning.h"
@@ -245,6 +246,9 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
   if (comm.size() < 2) {
     base::throw_error(ErrorCode::InvalidArgument, "calibrate_link needs at least two ranks (run under chorus-run -n 2)");
   }
+  // Which kind of host this is: the copy rate the communicator chose its tuning by, else measured now.
+  double copy = comm.copy_rate_gbps();
+  if (copy <= 0 && comm.rank() == 0) copy = base::copy_rate_gbps();
   comm.barrier();
   const std::optional<HostCpuTime> cpu_before = host_cpu_time();
   double small = half_round_trip(comm, 8, options.iterations);
@@ -253,8 +257,8 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
   double gamma = reduce_seconds_per_byte();
 
   // Rank 0's figures are everyone's.
-  double f[4] = {small, per_message, large, gamma};
-  comm.broadcast(f, f, 4, DataType::Float64, 0);
+  double f[5] = {small, per_message, large, gamma, copy};
+  comm.broadcast(f, f, 5, DataType::Float64, 0);
   LinkFigures out;
   out.overhead_us = f[1] * 1e6;
   out.alpha_us = std::max(0.1, (f[0] - 2 * f[1]) * 1e6);
@@ -262,6 +266,7 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
   out.gamma_ns_per_byte = f[3] * 1e9;
   out.world_size = comm.size();
   out.ranks_per_core = comm.ranks_per_core();
+  out.copy_gbps = f[4];
   out.transport = std::string(comm.transport_name());
   if (options.algorithms) {
     algo::LinkModel link{out.alpha_us * 1e-6, out.overhead_us * 1e-6, out.beta_ns_per_byte * 1e-9,
@@ -304,10 +309,15 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
   tune::Tuning t;
   if (std::ifstream(path).good()) t = tune::load_tuning_file(path);
   auto& entries = t.transports[figures.transport];
-  std::erase_if(entries, [&](const tune::LinkEntry& e) { return e.world_size == figures.world_size; });
+  // The entry this measurement replaces: same world size, measured on this kind of host (copy rates within a
+  // factor of 2, or not recorded). Entries from other kinds of host stay beside it.
+  std::erase_if(entries, [&](const tune::LinkEntry& e) {
+    return e.world_size == figures.world_size && tune::host_distance(e.copy_gbps, figures.copy_gbps) < std::log(2.0);
+  });
   tune::LinkEntry e;
   e.world_size = figures.world_size;
   e.ranks_per_core = figures.ranks_per_core;
+  e.copy_gbps = figures.copy_gbps;
   e.link.alpha = figures.alpha_us * 1e-6;
   e.link.overhead = figures.overhead_us * 1e-6;
   e.link.beta = figures.beta_ns_per_byte * 1e-9;
@@ -317,8 +327,9 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
         algo::Calibration{f.latency_factor, f.bandwidth_factor, f.corrections, {}};
   }
   entries.push_back(e);
-  std::sort(entries.begin(), entries.end(),
-            [](const tune::LinkEntry& a, const tune::LinkEntry& b) { return a.world_size < b.world_size; });
+  std::sort(entries.begin(), entries.end(), [](const tune::LinkEntry& a, const tune::LinkEntry& b) {
+    return a.world_size != b.world_size ? a.world_size < b.world_size : a.copy_gbps < b.copy_gbps;
+  });
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

@@ -45,6 +45,9 @@ struct Communicator::Impl {
   int local_size = 1;  // ranks on this host, this one included
   // The most ranks per usable CPU on any host of the communicator (base::cores_of), the same on every rank.
   double ranks_per_core = 0;
+  // Rank 0's copy rate (base::copy_rate_gbps or CHORUS_COPY_GBPS), by which the tuning entry was chosen; 0: not
+  // needed (the tuning has one kind of host).
+  double copy_gbps = 0;
   std::string tuning_source;
   bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 

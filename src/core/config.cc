@@ -211,6 +211,15 @@ Config resolve_config(const CommOptions& o) {
   if (auto path = env_string("CHORUS_TUNING_FILE")) {
     c.tuning = std::make_shared<const tune::Tuning>(tune::load_tuning_file(*path));
   }
+  if (auto v = env_string("CHORUS_COPY_GBPS")) {
+    char* end = nullptr;
+    const double gbps = std::strtod(v->c_str(), &end);
+    if (v->empty() || end == nullptr || *end != '\0' || !(gbps > 0) || gbps > 1e6) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_COPY_GBPS='{}' is not a copy rate in GB/s (a number above 0)", *v));
+    }
+    c.copy_gbps = gbps;
+  }
 
   if (auto b = env_string("CHORUS_SOCKET_BUFFER_BYTES")) {
     auto v = parse_size(*b);

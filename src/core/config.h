@@ -51,6 +51,9 @@ struct Config {
   int adapt_rounds = 0;
   // CHORUS_TUNING_FILE, loaded; null when unset.
   std::shared_ptr<const tune::Tuning> tuning;
+  // CHORUS_COPY_GBPS: the copy rate the tuning is chosen by (tune::entry_for), instead of measuring it
+  // (base::copy_rate_gbps); 0: measure where the tuning needs it. Rank 0's figure is the communicator's.
+  double copy_gbps = 0;
 };
 
 // Parses CHORUS_ALGO's syntax: one algorithm name for every collective that has it, or

@@ -53,6 +53,7 @@ Tuning parse_tuning(const std::string& text, const std::string& source) {
       }
       le.world_size = e["world_size"].get<int>();
       if (e.contains("ranks_per_core")) le.ranks_per_core = number(e, "ranks_per_core", source, 0, 1e6);
+      if (e.contains("copy_gbps")) le.copy_gbps = number(e, "copy_gbps", source, 0, 1e6);
       le.link.alpha = number(e, "alpha_us", source, 0, 1e6) * 1e-6;
       le.link.overhead = number(e, "overhead_us", source, 0, 1e6) * 1e-6;
       le.link.beta = number(e, "beta_ns_per_byte", source, 0, 1e6) * 1e-9;
@@ -128,6 +129,7 @@ std::string tuning_to_json(const Tuning& tuning) {
                     {"gamma_ns_per_byte", e.link.gamma * 1e9},
                     {"algorithms", algos}};
       if (e.ranks_per_core > 0) entry["ranks_per_core"] = e.ranks_per_core;
+      if (e.copy_gbps > 0) entry["copy_gbps"] = e.copy_gbps;
       arr.push_back(entry);
     }
     ts[name] = arr;
@@ -146,22 +148,53 @@ const Tuning& source_for(const Tuning* tuning, std::string_view transport) {
   return builtin_tuning();
 }
 
-const LinkEntry* nearest(const Tuning& t, std::string_view transport, int world_size) {
+// Whether `e` is a better choice than `best` (null: any is): nearer in world size, or as near and measured on
+// a host nearer in copy rate. Ties keep the earlier entry.
+bool better(const LinkEntry& e, const LinkEntry* best, int world_size, double copy_gbps) {
+  if (!best) return true;
+  const int d = std::abs(e.world_size - world_size), bd = std::abs(best->world_size - world_size);
+  if (d != bd) return d < bd;
+  return host_distance(e.copy_gbps, copy_gbps) < host_distance(best->copy_gbps, copy_gbps);
+}
+
+const LinkEntry* nearest(const Tuning& t, std::string_view transport, int world_size, double copy_gbps) {
   auto it = t.transports.find(std::string(transport));
   if (it == t.transports.end() || it->second.empty()) return nullptr;
-  const LinkEntry* best = &it->second.front();
+  const LinkEntry* best = nullptr;
   for (const LinkEntry& e : it->second) {
-    if (std::abs(e.world_size - world_size) < std::abs(best->world_size - world_size)) best = &e;
+    if (better(e, best, world_size, copy_gbps)) best = &e;
   }
   return best;
 }
+
 }  // namespace
 
-const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size) {
-  if (tuning) {
-    if (const LinkEntry* e = nearest(*tuning, transport, world_size)) return *e;
+double host_distance(double measured, double here) {
+  if (measured <= 0 || here <= 0) return 0;
+  return std::abs(std::log(measured / here));
+}
+
+bool has_host_kinds(const Tuning& t) {
+  for (const auto& [name, entries] : t.transports) {
+    for (const LinkEntry& a : entries) {
+      for (const LinkEntry& b : entries) {
+        if (a.world_size == b.world_size && host_distance(a.copy_gbps, b.copy_gbps) > 0) return true;
+      }
+    }
   }
-  if (const LinkEntry* e = nearest(builtin_tuning(), transport, world_size)) return *e;
+  return false;
+}
+
+bool distinguishes_hosts(const Tuning* tuning) {
+  static const bool builtin = has_host_kinds(builtin_tuning());
+  return builtin || (tuning && has_host_kinds(*tuning));
+}
+
+const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size, double copy_gbps) {
+  if (tuning) {
+    if (const LinkEntry* e = nearest(*tuning, transport, world_size, copy_gbps)) return *e;
+  }
+  if (const LinkEntry* e = nearest(builtin_tuning(), transport, world_size, copy_gbps)) return *e;
   static const LinkEntry generic;
   return generic;
 }
@@ -181,7 +214,8 @@ bool same_core_regime(double measured, double here) {
 }
 
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
-                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core) {
+                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core,
+                         double copy_gbps) {
   *below = *above = 0;
   const Tuning& src = source_for(tuning, transport);
   auto it = src.transports.find(std::string(transport));
@@ -190,8 +224,9 @@ int interpolate_measured(const Tuning* tuning, std::string_view transport, int w
   const LinkEntry* hi = nullptr;
   for (const LinkEntry& e : it->second) {
     if (e.world_size == world_size) return 0;  // measured itself: nothing to interpolate
-    if (e.world_size < world_size && (!lo || e.world_size > lo->world_size)) lo = &e;
-    if (e.world_size > world_size && (!hi || e.world_size < hi->world_size)) hi = &e;
+    // The nearest world size on either side; of several entries for it, the nearest kind of host.
+    if (e.world_size < world_size && better(e, lo, world_size, copy_gbps)) lo = &e;
+    if (e.world_size > world_size && better(e, hi, world_size, copy_gbps)) hi = &e;
   }
   if (!lo || !hi) return 0;  // outside the measured world sizes: no extrapolation
   if (!same_core_regime(lo->ranks_per_core, ranks_per_core) || !same_core_regime(hi->ranks_per_core, ranks_per_core)) {

@@ -23,6 +23,10 @@ struct LinkEntry {
   // Above 1 the ranks took turns on the cores, which changes which algorithm wins: measured tables apply only
   // where a host runs on the same side of 1 (same_core_regime).
   double ranks_per_core = 0;
+  // The measuring host's copy rate (base::copy_rate_gbps, GB/s); 0: not recorded. Hosts of one kind can order
+  // the algorithms differently; where a tuning has entries for a transport and world size from several kinds
+  // of host, the one whose copy rate is nearest this host's applies (host_distance).
+  double copy_gbps = 0;
 };
 
 // The contents of a tuning file: per transport name ("tcp", "inproc"), entries for the world sizes that
@@ -42,8 +46,19 @@ Tuning parse_tuning(const std::string& text, const std::string& source);
 std::string tuning_to_json(const Tuning& tuning);
 
 // The entry for `transport` nearest to `world_size` in `tuning`, else in the built-in tuning, else a
-// generic default (never null).
-const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size);
+// generic default (never null). Among entries equally near in world size, the one measured on the host
+// nearest in copy rate to `copy_gbps` (0: unknown, the first of them).
+const LinkEntry& entry_for(const Tuning* tuning, std::string_view transport, int world_size, double copy_gbps = 0);
+
+// How unlike a host copying at `here` GB/s is to the one an entry was measured on: |log(measured / here)|; 0
+// where either is unknown (0), as for same_core_regime.
+double host_distance(double measured, double here);
+
+// Whether `t` has, for some transport and world size, entries from hosts whose copy rates differ.
+bool has_host_kinds(const Tuning& t);
+// has_host_kinds of the built-in tuning or of `tuning` (null: none): whether choosing an entry may need this
+// host's copy rate.
+bool distinguishes_hosts(const Tuning* tuning);
 
 // Whether figures measured at `measured` ranks per core describe a host running `here`: both at most one rank
 // per core, or both more. Either unknown (0) matches.
@@ -57,8 +72,10 @@ std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Col
 // entry_for draws from), its time at each byte count both tables cover, interpolated linearly in log(time)
 // against log(world size). Fills `cal[i].measured` (algorithms_for(c) order) where that is possible and leaves
 // the others alone. Returns how many it filled; *below and *above are the world sizes used (0 when none).
-// Nothing is filled unless both neighbours are in the core regime of `ranks_per_core` (0: any).
+// Nothing is filled unless both neighbours are in the core regime of `ranks_per_core` (0: any). Where a world
+// size has entries from several kinds of host, the one nearest `copy_gbps` is the neighbour.
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
-                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core = 0);
+                         std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core = 0,
+                         double copy_gbps = 0);
 
 }  // namespace chorus::tune
