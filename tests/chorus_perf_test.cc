@@ -572,6 +572,17 @@ TEST(ChorusPerf, HeaderNamesTheKernelsAndCHORUS_KERNELSChoosesThem) {
   EXPECT_EQ(unknown.out.find("reduction kernels: generic"), std::string::npos) << unknown.out;
 }
 
+// The header says where the cost model's figures came from: the built-in tuning's entry for the world size,
+// and the kind of host it was measured on where CHORUS_COPY_GBPS (or rank 0's probe) picked among kinds.
+TEST(ChorusPerf, HeaderNamesTheTuningEntry) {
+  const std::vector<std::string> args{kChorusRun, "-n", "2",  "--timeout", "50", "--", kChorusPerf, "allreduce",
+                                      "-b",       "1K", "-e", "1K",        "-n", "1",  "-w",        "0"};
+  Result r = run(args, {"CHORUS_TRANSPORT=tcp", "CHORUS_COPY_GBPS=7.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("# cost model: built-in tuning (2 ranks entry"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this one 7.5"), std::string::npos) << r.out;
+}
+
 TEST(ChorusPerf, BadUsageExitsWithTwo) {
   const std::vector<std::vector<std::string>> bad{
       {"allsum"},                       // unknown collective
