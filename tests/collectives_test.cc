@@ -116,7 +116,9 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
   const int n = p.world_size;
   std::atomic<int> barrier_arrivals{0};
   ScopedEnv forced("CHORUS_ALGO", p.algorithm.empty() ? "" : std::string(registry_name(p.coll)) + ":" + p.algorithm);
-  ScopedEnv streaming("CHORUS_SHM_CMA", p.streaming ? "0" : "");
+  // The other shm runs use cross-memory attach wherever the kernel allows it, whatever its cost here (the
+  // automatic choice may well stream: CrossMemoryAttach tests that).
+  ScopedEnv streaming("CHORUS_SHM_CMA", p.streaming ? "0" : "1");
   run_world(n, options(), [&](Communicator& comm) {
     const int r = comm.rank();
     ASSERT_EQ(comm.size(), n);

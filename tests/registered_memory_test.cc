@@ -195,7 +195,7 @@ float input(int r, size_t k) { return static_cast<float>((r + 1) * 3 + static_ca
 
 TEST_P(RegisteredCollectives, LargeCollectivesReadPeersInPlaceAndAreRight) {
   const auto [n, in_place, mode] = GetParam();
-  ScopedEnv cma("CHORUS_SHM_CMA", mode == Mode::NoAttach ? "0" : "");
+  ScopedEnv cma("CHORUS_SHM_CMA", mode == Mode::NoAttach ? "0" : "1");  // "1": whatever its cost on this host
   ScopedEnv registered("CHORUS_SHM_REGISTERED", mode == Mode::NoRegistered ? "0" : "");
   CommOptions o;
   o.transport = TransportKind::Shm;
@@ -287,6 +287,7 @@ INSTANTIATE_TEST_SUITE_P(Shm, RegisteredCollectives,
 // Registered and plain buffers mixed across ranks and calls, and regions freed and reallocated between
 // calls (so a receiver's cached mapping may name a region that is gone): every result stays right.
 TEST(RegisteredMemory, MixedAndReallocatedBuffersStayRight) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "1");  // plain buffers by cross-memory attach, whatever its cost on this host
   CommOptions o;
   o.transport = TransportKind::Shm;
   o.timeout = std::chrono::seconds(60);

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "test_util.h"
+#include "transport/shm/shm_transport.h"
 
 namespace chorus::testing {
 namespace {
@@ -145,6 +146,7 @@ class IdleSenders : public ::testing::TestWithParam<IdleCase> {};
 TEST_P(IdleSenders, StreamThroughTheRingWhereEachRankHasACore) {
   ScopedEnv env("CHORUS_SHM_STREAM_IDLE_BYTES", GetParam().threshold);
   ScopedEnv algo("CHORUS_ALGO", "reduce:binomial");  // whose leaf sends to a reducing parent
+  ScopedEnv cma("CHORUS_SHM_CMA", "1");  // whatever attach costs on this host (CrossMemoryAttach below)
   const size_t count = (size_t{1} << 20) / sizeof(float);  // above the 64 KiB single-copy threshold
   run_world(2, shm_options(), [&](Communicator& comm) {
     const int r = comm.rank(), peer = 1 - r;
@@ -228,6 +230,65 @@ INSTANTIATE_TEST_SUITE_P(Shm, IdleSenders,
                          ::testing::Values(IdleCase{"1M", true, "FromOneMiB"}, IdleCase{"2M", false, "FromTwoMiB"},
                                            IdleCase{"0", false, "Never"}),
                          [](const ::testing::TestParamInfo<IdleCase>& i) { return std::string(i.param.name); });
+
+// Cross-memory attach by default only where it pays: the host's lowest rank times an attach read against a
+// copy at creation (ShmTransport::probe_attach_cost), and every rank of the host then moves large payloads the
+// way that figure says, reported the same on every rank. CHORUS_SHM_CMA=1 or 0 decides without a probe.
+TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
+  const double probe = transport::ShmTransport::probe_attach_cost();
+  EXPECT_GT(probe, 0.0) << "this host allows process_vm_readv on the test's own memory";
+  EXPECT_LT(probe, 10000.0);
+  constexpr int kRanks = 3;
+  const size_t count = (size_t{1} << 20) / sizeof(float);  // every piece above the 64 KiB single-copy size
+  struct Seen {
+    bool attach = false;
+    double cost = -1;
+    uint64_t attach_reads = 0;
+  };
+  for (const char* mode : {"", "auto", "1", "0"}) {
+    SCOPED_TRACE(std::string("CHORUS_SHM_CMA='") + mode + "'");
+    ScopedEnv cma("CHORUS_SHM_CMA", mode);
+    ScopedEnv algo("CHORUS_ALGO", "allreduce:ring");  // every rank sends and receives: no idle sender streams
+    std::vector<Seen> seen(kRanks);
+    run_world(kRanks, shm_options(), [&](Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<float> in(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = value(r, 0, i);
+      const uint64_t before = comm.traffic().attach_reads;
+      comm.all_reduce(in.data(), out.data(), count, DataType::Float32, ReduceOp::Sum);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(out[i], value(0, 0, i) + value(1, 0, i) + value(2, 0, i)) << "rank " << r << ", element " << i;
+      }
+      seen[static_cast<size_t>(r)] = {comm.cross_memory_attach(), comm.attach_cost(),
+                                      comm.traffic().attach_reads - before};
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      const Seen& s = seen[static_cast<size_t>(r)];
+      EXPECT_EQ(s.attach, seen[0].attach) << "rank " << r;
+      EXPECT_EQ(s.cost, seen[0].cost) << "rank " << r;
+      EXPECT_EQ(s.attach_reads > 0, s.attach) << "rank " << r << ": payloads went the way reported";
+    }
+    const std::string m = mode;
+    if (m == "1") {
+      EXPECT_TRUE(seen[0].attach);
+      EXPECT_EQ(seen[0].cost, 0.0);
+    } else if (m == "0") {
+      EXPECT_FALSE(seen[0].attach);
+      EXPECT_EQ(seen[0].cost, 0.0);
+    } else {
+      // Measured by rank 0 (this host's lowest) and published to the others with three decimals.
+      EXPECT_GT(seen[0].cost, 0.0);
+      EXPECT_EQ(seen[0].attach, seen[0].cost < transport::ShmTransport::kAttachPaysBelow) << seen[0].cost;
+    }
+  }
+  for (const char* bad : {"yes", "2", "-1", "on"}) {
+    ScopedEnv cma("CHORUS_SHM_CMA", bad);
+    const std::string what = expect_error(ErrorCode::InvalidArgument, [] {
+      (void)Communicator::create(std::make_shared<MemoryStore>(), 0, 2, shm_options());
+    });
+    EXPECT_NE(what.find("CHORUS_SHM_CMA"), std::string::npos) << "'" << bad << "': " << what;
+  }
+}
 
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation

@@ -1479,9 +1479,18 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
       o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup,
       o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10)") : std::to_string(o.iters), o.agg, o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
-  fmt::print("#\n# chorus {}, reduction kernels: {}{}\n# cost model: {}\n#\n", chorus::version_string(),
+  fmt::print("#\n# chorus {}, reduction kernels: {}{}\n# cost model: {}\n", chorus::version_string(),
              chorus::kernel_isa(), o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "",
              comm.tuning_source());
+  if (comm.transport_name().starts_with("shm") && comm.local_size() > 1) {
+    fmt::print("# shared memory: large payloads {}{}\n",
+               comm.cross_memory_attach() ? "by cross-memory attach (one copy)" : "through the rings (two copies)",
+               comm.attach_cost() > 0 ? fmt::format("; an attach read measured at {:.1f} copies (CHORUS_SHM_CMA=auto: "
+                                                    "attach where under 3)",
+                                                    comm.attach_cost())
+                                      : std::string());
+  }
+  fmt::print("#\n");
   if (!bench.compared().empty()) {
     std::string names;
     for (const std::string& n : bench.compared()) names += (names.empty() ? "" : ", ") + n;

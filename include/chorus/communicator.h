@@ -312,6 +312,14 @@ class CHORUS_API Communicator {
   double copy_rate_gbps() const noexcept;
   // Where the cost model's figures came from: the tuning file or "built-in tuning", and which entry.
   std::string tuning_source() const;
+  // Shared memory inside this host: whether payloads from CHORUS_SHM_SINGLE_COPY_BYTES up go by cross-memory
+  // attach (process_vm_readv: one copy, by the receiver) rather than through the shared rings (a copy on each
+  // side). CHORUS_SHM_CMA=1 or 0 decides; by default (auto) the host's lowest rank times a 64 KiB attach read
+  // against a 64 KiB memcpy at creation, and attach is used where it costs less than 3 copies. False where
+  // no peer shares this host, or the kernel forbids attach. The same on every rank of a host.
+  bool cross_memory_attach() const noexcept;
+  // That probe's figure, in copies; 0 where none was made (CHORUS_SHM_CMA set, no local peer, attach refused).
+  double attach_cost() const noexcept;
   // True once an error other than InvalidArgument has broken this communicator.
   bool failed() const noexcept;
 

@@ -221,7 +221,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   transport::ShmOptions shm;
   shm.ring_bytes = impl->config.shm_ring_bytes;
   shm.single_copy_bytes = impl->config.shm_single_copy_bytes;
-  shm.allow_cma = impl->config.shm_cma;
+  shm.cma = impl->config.shm_cma;
   shm.stream_idle_bytes = impl->config.shm_stream_idle_bytes;
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;
@@ -241,12 +241,17 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     for (int r = 0; r < size; ++r) keys.push_back(k + "attached/" + std::to_string(r));
     st.wait(keys, deadline.remaining());
   } else if (kind == TransportKind::Shm) {
-    impl->transport = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
+    auto sm = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
+    impl->cross_memory_attach = sm->single_copy();
+    impl->attach_cost = sm->attach_cost();
+    impl->transport = std::move(sm);
   } else if (impl->config.transport == TransportKind::Auto && local.size() > 1) {
     // Several hosts, several ranks on ours: shared memory inside, tcp across.
     auto tcp = transport::TcpTransport::connect(st, k + "tcp/", rank, size, impl->comm_tag, topts, store_address(&st),
                                                 false, deadline);
     auto sm = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
+    impl->cross_memory_attach = sm->single_copy();
+    impl->attach_cost = sm->attach_cost();
     std::vector<bool> is_local(static_cast<size_t>(size), false);
     for (int r : local) is_local[static_cast<size_t>(r)] = true;
     impl->transport = std::make_unique<transport::HybridTransport>(std::move(sm), std::move(tcp), std::move(is_local));

@@ -49,6 +49,10 @@ struct Communicator::Impl {
   // needed (the tuning has one kind of host).
   double copy_gbps = 0;
   std::string tuning_source;
+  // Shared memory on this host: whether large payloads go by cross-memory attach, and the probe behind the
+  // automatic choice (ShmTransport::attach_cost; 0 where none was made).
+  bool cross_memory_attach = false;
+  double attach_cost = 0;
   bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 
   // The two locks below share one word (core/call_gate.h), so that a synchronous call takes both with one

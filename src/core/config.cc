@@ -179,7 +179,18 @@ Config resolve_config(const CommOptions& o) {
   size_var("CHORUS_SHM_RING_BYTES", size_t{64} << 10, size_t{256} << 20, &c.shm_ring_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_bytes);
   size_var("CHORUS_SHM_STREAM_IDLE_BYTES", 0, size_t{1} << 50, &c.shm_stream_idle_bytes);
-  if (auto v = env_int("CHORUS_SHM_CMA")) c.shm_cma = *v != 0;
+  if (auto v = env_string("CHORUS_SHM_CMA")) {
+    if (*v == "auto") {
+      c.shm_cma = -1;
+    } else if (*v == "0" || *v == "1") {
+      c.shm_cma = *v == "1" ? 1 : 0;
+    } else {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_SHM_CMA='{}' is not one of auto, 0 (never) or 1 (wherever the kernel "
+                                    "allows cross-memory attach)",
+                                    *v));
+    }
+  }
   if (auto v = env_int("CHORUS_SHM_REGISTERED")) c.shm_registered = *v != 0;
   if (auto v = env_int("CHORUS_SHM_MEMBARRIER")) c.shm_membarrier = *v != 0;
   if (auto v = env_int("CHORUS_SHM_SPIN")) {

@@ -225,6 +225,38 @@ bool remote_read(pid_t pid, char* dst, uint64_t address, size_t len) {
   return true;
 }
 
+}  // namespace
+
+double ShmTransport::probe_attach_cost() {
+  constexpr size_t kBytes = size_t{64} << 10;
+  constexpr int kRounds = 16;
+  void* m = ::mmap(nullptr, 2 * kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  ::madvise(m, 2 * kBytes, MADV_NOHUGEPAGE);  // 4 KiB pages, as most heap buffers: pinning costs per page
+  char* src = static_cast<char*>(m);
+  char* dst = src + kBytes;
+  std::memset(src, 1, 2 * kBytes);
+  using Clock = std::chrono::steady_clock;
+  auto best_attach = Clock::duration::max(), best_copy = Clock::duration::max();
+  bool ok = true;
+  // Interleaved, so that both see the same moments of the machine; the best of each is its cost undisturbed.
+  for (int i = 0; i < kRounds && ok; ++i) {
+    auto t0 = Clock::now();
+    ok = remote_read(::getpid(), dst, reinterpret_cast<uint64_t>(src), kBytes);
+    auto t1 = Clock::now();
+    std::memcpy(dst, src, kBytes);
+    asm volatile("" : : "r"(dst) : "memory");  // the copy is not dead
+    auto t2 = Clock::now();
+    best_attach = std::min(best_attach, t1 - t0);
+    best_copy = std::min(best_copy, t2 - t1);
+  }
+  ::munmap(m, 2 * kBytes);
+  if (!ok || best_copy.count() <= 0) return 0;
+  return std::chrono::duration<double>(best_attach) / std::chrono::duration<double>(best_copy);
+}
+
+namespace {
+
 // This process's pid namespace, as the inode number of /proc/self/ns/pid (0 if unreadable).
 unsigned long pid_namespace() {
   static const unsigned long ns = [] {
@@ -388,8 +420,10 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   }
 
   // Cross-memory attach: every rank probes reading each local peer's memory; all must succeed for any pair
-  // to use it (the sender picks single-copy frames, so both sides must agree).
-  bool cma = options.allow_cma;
+  // to use it (the sender picks single-copy frames, so both sides must agree). By default the host's lowest
+  // rank also measures what an attach read costs against a copy, and answers no where it does not pay, which
+  // turns it off for the whole host; it publishes the figure first, so every rank can report it.
+  bool cma = options.cma != 0;
   for (int q : local) {
     if (q == rank || !cma) continue;
     uint64_t value = 0;
@@ -397,9 +431,19 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     cma = remote_read(peer.pid, reinterpret_cast<char*>(&value), peer.segment->control.probe_address, 8) &&
           value == kProbeValue;
   }
+  const bool measure = options.cma < 0 && local.size() > 1;
+  if (measure && rank == local.front()) {
+    const std::string published = fmt::format("{:.3f}", cma ? probe_attach_cost() : 0.0);
+    store.set(key_prefix + "attach_cost", published);
+    t->attach_cost_ = std::strtod(published.c_str(), nullptr);  // as the others read it
+    if (t->attach_cost_ >= kAttachPaysBelow) cma = false;
+  }
   store.set(key_prefix + "cma/" + std::to_string(rank), cma ? "1" : "0");
   for (int q : local) {
     if (q != rank && store.get(key_prefix + "cma/" + std::to_string(q), deadline.remaining()) != "1") cma = false;
+  }
+  if (measure && rank != local.front()) {
+    t->attach_cost_ = std::strtod(store.get(key_prefix + "attach_cost", deadline.remaining()).c_str(), nullptr);
   }
   t->cma_ = cma;
 
@@ -450,8 +494,11 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
   base::log_info(
-      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}, wake-up checks {}", count, ring >> 10,
+      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}, wake-up checks {}", count, ring >> 10,
       cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+      t->attach_cost_ > 0 ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
+                                        t->attach_cost_, kAttachPaysBelow)
+                          : std::string(),
       registered ? ", or read in place from registered memory" : "",
       t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;

@@ -23,7 +23,10 @@ namespace chorus::transport {
 struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
-  bool allow_cma = true;                // false: never use cross-memory attach (CHORUS_SHM_CMA=0)
+  // Cross-memory attach (CHORUS_SHM_CMA): 1 wherever the kernel allows it, 0 never, -1 (auto) where the
+  // host's lowest local rank measures at creation that an attach read costs less than kAttachPaysBelow
+  // copies (ShmTransport::probe_attach_cost). Elsewhere large payloads stream through the rings.
+  int cma = -1;
   // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
   // where each local rank has a core of its own and the operation sends the peer at least this much (below,
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
@@ -75,6 +78,19 @@ class ShmTransport final : public Transport {
 
   // Whether large payloads go by cross-memory attach (else they stream through the rings).
   bool single_copy() const { return cma_; }
+  // The probe behind the automatic choice, in copies (see probe_attach_cost), as the host's lowest local rank
+  // measured it; 0 where it was not made (CHORUS_SHM_CMA set, no local peer, or the kernel forbids attach).
+  double attach_cost() const { return attach_cost_; }
+  // Cross-memory attach moves a payload with one copy, by the receiver, where the rings take one on each
+  // side; it also pins the sender's pages and enters the kernel per read. It pays where an attach read costs
+  // less than this many plain copies of the same bytes: about two copies is what the rings cost a rank that
+  // both sends and receives, and the margin above that keeps attach where the two are close (docs/performance.md,
+  // "Cross-memory attach measured at creation").
+  static constexpr double kAttachPaysBelow = 3.0;
+  // Times a 64 KiB process_vm_readv of this process's own memory against a 64 KiB memcpy, best of 16 each,
+  // on fresh 4 KiB pages (as a user's heap buffers): the read's cost in copies. 0 if the read fails. About
+  // half a millisecond, most of it the first touch of the 32 pages.
+  static double probe_attach_cost();
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
@@ -147,6 +163,7 @@ class ShmTransport final : public Transport {
   uint64_t comm_tag_;
   ShmOptions options_;
   bool cma_ = false;
+  double attach_cost_ = 0;
   bool registered_ = false;
   void* probe_region_ = nullptr;  // a page of registered memory the peers map at creation (freed once all did)
   bool asymmetric_wake_ = false;  // every local rank registered for membarrier(GLOBAL_EXPEDITED)
