@@ -92,6 +92,12 @@ GENERATIONS = [
     # tables fitted from the first two: auto beyond 10% at 33 of 564 sizes, beyond 25% at 7.
     {"dirs": ["docs/data/algos-s19-shm", "docs/data/algos-s19-shm-check", "docs/data/algos-s19-shm-check2",
               "docs/data/algos-s19-tcp", "docs/data/algos-s19-tcp-check"], "copy_gbps": 40.0},
+    # shm on that host once cross-memory attach is used only where a probe at creation finds it pays
+    # (twentieth session): an attach read costs 7.0-8.4 copies there, so every large payload streams through
+    # the rings, and 2-rank all_reduce from 128 KiB to 1 MiB takes a third of its time by attach. The tables of
+    # the run before chose reduce_broadcast for 2-rank all_reduce from 2 MiB (1.44 times rabenseifner's time
+    # at 16 MiB). Two full shm runs of the new code.
+    {"dirs": ["docs/data/algos-s20-shm", "docs/data/algos-s20-shm2"], "copy_gbps": 40.0},
 ]
 
 

@@ -6,13 +6,13 @@
 #   scripts/tune-builtin.sh [OUT_JSON]
 # The entries of other kinds of host in OUT_JSON stay: chorus-tune replaces only those of this host's kind
 # (copy rates within a factor of 2; docs/algorithms.md, "Tables per kind of host"). FRESH=1 starts from an
-# empty file.
+# empty file; TRANSPORTS="shm" (or "tcp") measures only that transport.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/data/builtin-tuning.json}
 BIN=build/bin
 if [ "${FRESH:-0}" = 1 ]; then rm -f "$OUT"; fi
-for t in tcp shm; do
+for t in ${TRANSPORTS:-tcp shm}; do
   for n in 2 3 4 8; do
     echo "== chorus-tune, $t, $n ranks"
     CHORUS_TRANSPORT=$t "$BIN/chorus-run" -n "$n" -- "$BIN/chorus-tune" -o "$OUT" --no-choices | grep -v '^\[[1-9]'
