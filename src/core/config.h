@@ -22,9 +22,10 @@ struct Config {
   size_t slice_bytes = 512 * 1024;
   int socket_buffer_bytes = 0;
   // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (cross-memory attach:
-  // 1 wherever the kernel allows it, 0 never, auto (-1) where a probe at creation finds it pays), CHORUS_SHM_STREAM_IDLE_BYTES (an idle sender's payloads stream through the ring from this many
-  // bytes per operation and peer; 0: never), CHORUS_SHM_REGISTERED (0: never read a peer's registered memory
-  // in place), CHORUS_SHM_SPIN, CHORUS_SHM_MEMBARRIER (0: wake-ups checked with a locked instruction per frame).
+  // 1 wherever the kernel allows it, 0 never, auto (-1) where a probe at creation finds it pays),
+  // CHORUS_SHM_STREAM_IDLE_BYTES (an idle sender's payloads stream through the ring from this many bytes per
+  // operation and peer; 0: never), CHORUS_SHM_REGISTERED (0: never read a peer's registered memory in place),
+  // CHORUS_SHM_SPIN, CHORUS_SHM_MEMBARRIER (0: wake-ups checked with a locked instruction per frame).
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_single_copy_bytes = 64 << 10;
   int shm_cma = -1;

@@ -493,14 +493,14 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
-  base::log_info(
-      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}, wake-up checks {}", count, ring >> 10,
-      cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
-      t->attach_cost_ > 0 ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
-                                        t->attach_cost_, kAttachPaysBelow)
-                          : std::string(),
-      registered ? ", or read in place from registered memory" : "",
-      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
+  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}, wake-up checks {}", count,
+                 ring >> 10, cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+                 t->attach_cost_ > 0
+                     ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
+                                   t->attach_cost_, kAttachPaysBelow)
+                     : std::string(),
+                 registered ? ", or read in place from registered memory" : "",
+                 t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;
 }
 
