@@ -11,10 +11,12 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -339,6 +341,61 @@ TEST(ChorusRun, StoreIsLiveWhileRanksRun) {
   }
   Result r = launcher.wait();
   EXPECT_EQ(r.exit_code(), 0) << r.err;
+}
+
+// The launcher that hosts the store of a multi-host job keeps it up after its own ranks ended, while ranks of
+// other hosts (here: this test's client) are still connected, and closes it once they leave; --store-linger
+// bounds the wait.
+TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
+  char dir_template[] = "/tmp/chorus-run-linger-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string go = std::string(dir_template) + "/go";
+  // The rank prints the store's address, waits until the test's client has connected, and ends.
+  const std::string rank = "echo $CHORUS_STORE_ADDR; while [ ! -e " + go + " ]; do sleep 0.02; done";
+  auto address = [](const std::string& line, std::string& host, uint16_t& port) {
+    std::smatch m;
+    if (!std::regex_match(line, m, std::regex(R"(\[0\] (127\.0\.0\.1):([0-9]+))"))) return false;
+    host = m[1];
+    port = static_cast<uint16_t>(std::stoi(m[2]));
+    return true;
+  };
+  chorus::TcpStoreOptions no_token;
+  no_token.auth_token = "";  // a launcher of a larger world generates no token
+
+  {
+    Launcher launcher({"-n", "1", "--world-size", "2", "--", "sh", "-c", rank});
+    std::string host;
+    uint16_t port = 0;
+    ASSERT_TRUE(address(launcher.read_line(), host, port));
+    auto client = std::make_unique<chorus::TcpStore>(host, port, no_token);
+    { std::ofstream touch(go); }
+    std::this_thread::sleep_for(milliseconds(2500));  // the rank has ended by now
+    EXPECT_TRUE(process_alive(launcher.pid())) << "the store must stay up while another host's rank uses it";
+    client->set("late", "still served");
+    EXPECT_EQ(client->get("late", milliseconds(5000)), "still served");
+    auto left = Clock::now();
+    client.reset();
+    Result r = launcher.wait();
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - left).count(), 5.0) << "closes once the last client left";
+    EXPECT_THAT(r.err, HasSubstr("keeping the rendezvous store up for the 1 client of other hosts")) << r.err;
+    std::remove(go.c_str());
+  }
+  {
+    Launcher launcher({"-n", "1", "--world-size", "2", "--store-linger", "1", "--", "sh", "-c", rank});
+    std::string host;
+    uint16_t port = 0;
+    ASSERT_TRUE(address(launcher.read_line(), host, port));
+    chorus::TcpStore client(host, port, no_token);
+    { std::ofstream touch(go); }
+    Result r = launcher.wait();
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    EXPECT_THAT(r.err,
+                HasSubstr("closing the rendezvous store with 1 client still connected after --store-linger 1 s"));
+    EXPECT_THROW(client.set("gone", "x"), chorus::Error) << "the store closed after --store-linger";
+    std::remove(go.c_str());
+  }
+  ::rmdir(dir_template);
 }
 
 TEST(ChorusRun, SigintIsForwardedToTheRanks) {

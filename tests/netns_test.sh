@@ -13,7 +13,17 @@ export CHORUS_RUN=$BUILD/bin/chorus-run CHORUS_TIMEOUT_MS=120000
 rig="$SRC/scripts/netns-cluster.sh --rate 1gbit --timeout 600"
 
 echo "== traffic: 2 hosts x 2 ranks"
-out=$($rig -k 2 -m 2 -- "$BUILD/bin/chorus-test-worker" hybrid-traffic)
+# A failed run's output is printed before the test fails on it (out=$(...) alone would exit with it unseen).
+run_rig() {
+  local rc=0
+  out=$("$@") || rc=$?
+  if ((rc != 0)); then
+    echo "$out"
+    echo "netns_test: the rig exited with status $rc" >&2
+    exit $rc
+  fi
+}
+run_rig $rig -k 2 -m 2 -- "$BUILD/bin/chorus-test-worker" hybrid-traffic
 echo "$out"
 [[ $(grep -c 'HYBRID OK' <<<"$out") == 4 ]]
 # Inside a host bytes went through shared memory, across hosts through tcp.
@@ -23,14 +33,14 @@ grep 'HYBRID OK' <<<"$out" | grep -q 'tcp [1-9]'
 for shape in "2 2" "3 1" "3 2"; do
   set -- $shape
   echo "== every collective, dtype and op: $1 hosts x $2 ranks"
-  out=$($rig -k "$1" -m "$2" -- "$BUILD/bin/chorus-check-all")
+  run_rig $rig -k "$1" -m "$2" -- "$BUILD/bin/chorus-check-all"
   echo "$out" | grep -E 'check_all|error|Error' || true
   [[ $(grep -c ', 0 failures' <<<"$out") == $(($1 * $2)) ]]
 done
 for shape in "2 2" "3 1" "3 2"; do
   set -- $shape
   echo "== the hierarchical algorithms (all_reduce, all_gather, reduce_scatter, broadcast): $1 hosts x $2 ranks"
-  out=$(CHORUS_ALGO=hierarchical $rig -k "$1" -m "$2" -- "$BUILD/bin/chorus-check-all")
+  CHORUS_ALGO=hierarchical run_rig $rig -k "$1" -m "$2" -- "$BUILD/bin/chorus-check-all"
   echo "$out" | grep -E 'check_all|error|Error' || true
   [[ $(grep -c ', 0 failures' <<<"$out") == $(($1 * $2)) ]]
 done

@@ -154,6 +154,7 @@ struct Options {
   bool prefix = true;
   double timeout_s = 0;  // 0: none
   int64_t grace_ms = 1000;
+  double store_linger_s = 300;  // how long a hosted store waits for other hosts' ranks after ours ended
   std::vector<std::string> command;
 };
 
@@ -196,6 +197,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
           },
           "POSITIVE"));
   app.add_option("--grace-ms", o.grace_ms, "Milliseconds between SIGTERM and SIGKILL when stopping ranks")
+      ->check(at_least(0, "NONNEGATIVE"))
+      ->capture_default_str();
+  app.add_option("--store-linger", o.store_linger_s,
+                 "With other hosts in the job: after this host's ranks ended, keep the hosted store up until the "
+                 "other hosts' ranks have disconnected from it, for at most this many seconds")
+      ->type_name("SECONDS")
       ->check(at_least(0, "NONNEGATIVE"))
       ->capture_default_str();
   app.footer(
@@ -417,6 +424,9 @@ class Job {
     return exit_code_.value_or(0);
   }
 
+  // Whether the launcher itself was stopped by SIGINT, SIGTERM or SIGHUP.
+  bool interrupted() const { return interrupted_; }
+
  private:
   void launch_all() {
     int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -610,6 +620,7 @@ class Job {
         reap();
       } else if (!stopping_) {
         note("received {}; forwarding it to {}", signal_name(sig), plural(running_, "rank"));
+        interrupted_ = true;
         exit_code_ = 128 + sig;
         stop(sig);
       } else if (!killed_) {
@@ -684,6 +695,7 @@ class Job {
   int stop_signal_ = 0;                        // with this signal
   Clock::time_point kill_at_;                  // when they get SIGKILL
   bool killed_ = false;                        // SIGKILL was sent
+  bool interrupted_ = false;                   // by a signal to the launcher
   std::optional<int> exit_code_;               // set by the first failure
 };
 
@@ -729,6 +741,43 @@ void ensure_standard_fds() {
       if (null_fd >= 0 && null_fd != fd) {
         ::dup2(null_fd, fd);
         ::close(null_fd);
+      }
+    }
+  }
+}
+
+// The store outlives this host's ranks while other hosts' ranks still hold connections to it: they may still
+// need it (a split, a failure record to read) after ours are done, and would otherwise fail with "the store
+// closed the connection". Every rank keeps its connection until it exits, so the count of connected clients
+// falling to zero means every rank is done. Bounded by --store-linger; SIGINT/SIGTERM/SIGHUP end it at once.
+void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s) {
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(linger_s));
+  bool told = false;
+  while (server.clients() > 0) {
+    auto now = Clock::now();
+    if (now >= end) {
+      note("closing the rendezvous store with {} still connected after --store-linger {:g} s",
+           plural(server.clients(), "client"), linger_s);
+      return;
+    }
+    if (!told && now - start >= std::chrono::seconds(2)) {
+      note(
+          "this host's ranks are done; keeping the rendezvous store up for the {} of other hosts still connected "
+          "(at most {:g} s, see --store-linger)",
+          plural(server.clients(), "client"), linger_s);
+      told = true;
+    }
+    pollfd pfd{signal_fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 20) > 0) {
+      signalfd_siginfo info;
+      while (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        int sig = static_cast<int>(info.ssi_signo);
+        if (sig != SIGCHLD) {
+          note("received {}; closing the rendezvous store with {} still connected", signal_name(sig),
+               plural(server.clients(), "client"));
+          return;
+        }
       }
     }
   }
@@ -805,6 +854,9 @@ int main(int argc, char** argv) {
 
   Job job(options, store_addr, signal_fd, original_mask, original_sigpipe);
   int rc = job.run();
+  if (server && options.world_size > options.nranks && !job.interrupted() && rc != kTimedOutStatus) {
+    linger_for_other_hosts(*server, signal_fd, options.store_linger_s);
+  }
   server.reset();
   ::close(signal_fd);
   return rc;

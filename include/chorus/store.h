@@ -123,6 +123,9 @@ class CHORUS_API TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   uint16_t port() const;
+  // How many clients are connected now (authenticated or not yet). A client that has gone is counted until the
+  // server thread notices its connection close, which it does as soon as the kernel reports it.
+  size_t clients() const;
 
  private:
   struct Impl;

@@ -132,6 +132,7 @@ struct TcpStoreServer::Impl {
   std::string address;
   std::string auth_token;  // empty: clients are not authenticated
   std::atomic<bool> stop{false};
+  std::atomic<size_t> clients{0};  // conns.size(), for other threads (TcpStoreServer::clients())
   std::thread thread;
 
   // Everything below is touched only by the server thread.
@@ -226,6 +227,8 @@ TcpStoreServer::~TcpStoreServer() {
 
 uint16_t TcpStoreServer::port() const { return impl_->port; }
 
+size_t TcpStoreServer::clients() const { return impl_->clients.load(); }
+
 void TcpStoreServer::Impl::run() {
   std::vector<epoll_event> events(256);
   try {
@@ -256,6 +259,7 @@ void TcpStoreServer::Impl::run() {
     base::log_error("TcpStoreServer {} stopped serving: {}", address, e.what());
   }
   conns.clear();  // clients waiting on us see the connection close instead of hanging
+  clients.store(0);
 }
 
 int TcpStoreServer::Impl::next_timeout_ms() const {
@@ -316,6 +320,7 @@ void TcpStoreServer::Impl::accept_all() {
       deadlines.emplace(conn->deadline, conn->id);
     }
     conns.emplace(conn->id, std::move(conn));
+    clients.store(conns.size());
   }
 }
 
@@ -593,6 +598,7 @@ void TcpStoreServer::Impl::close_conn(uint64_t id) {
   if (c->auth) deadlines.erase({c->deadline, id});
   ::epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
   conns.erase(id);
+  clients.store(conns.size());
   if (accept_paused) set_listen_interest(true);  // a descriptor was freed
 }
 
