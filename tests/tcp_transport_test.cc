@@ -1,0 +1,160 @@
+// The tcp transport's receive path, driven directly: frames that arrive before their receive is posted (a peer
+// running ahead, so that one read may hold several of them) come out intact and in order, whatever their
+// sizes, whether they are copied or reduced, and before the peer's goodbye.
+#include "transport/tcp/tcp_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "chorus/store.h"
+#include "kernels/reduce.h"
+
+namespace chorus {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint64_t kCommTag = 0x7c9da4ead5eed5ull;
+
+struct Frame {
+  size_t bytes = 0;
+  bool reduce = false;  // received with recv_reduce (float sum against local ones)
+};
+
+transport::MessageTag tag_of(size_t index, const Frame& f) {
+  transport::MessageTag t;
+  t.op = transport::OpKind::SendRecv;
+  t.dtype = f.reduce ? DataType::Float32 : DataType::UInt8;
+  t.seq = index;
+  t.count = f.reduce ? f.bytes / 4 : f.bytes;
+  return t;
+}
+
+// Frame i's payload: bytes that differ from frame to frame and from position to position (floats for a reduce).
+std::vector<char> payload_of(size_t index, const Frame& f) {
+  std::vector<char> data(f.bytes);
+  if (f.reduce) {
+    for (size_t k = 0; k < f.bytes / 4; ++k) {
+      float v = static_cast<float>((index * 7 + k) % 1000);
+      std::memcpy(data.data() + 4 * k, &v, 4);
+    }
+  } else {
+    for (size_t k = 0; k < f.bytes; ++k) data[k] = static_cast<char>((index * 131 + k * 7) % 251);
+  }
+  return data;
+}
+
+// Two ranks over loopback tcp, each run by its own thread.
+void run_pair(const std::function<void(transport::TcpTransport&)>& sender,
+              const std::function<void(transport::TcpTransport&)>& receiver) {
+  MemoryStore store;
+  auto body = [&](int rank) {
+    try {
+      auto deadline = base::Deadline::after(std::chrono::seconds(60));
+      auto t = transport::TcpTransport::connect(store, "tcp/", rank, 2, kCommTag, transport::TcpOptions{}, std::nullopt,
+                                                /*all_local=*/true, deadline);
+      (rank == 0 ? sender : receiver)(*t);
+      t->close();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    }
+  };
+  std::thread r0(body, 0), r1(body, 1);
+  r0.join();
+  r1.join();
+}
+
+TEST(TcpTransport, FramesThatArriveEarlyStayIntactAndInOrder) {
+  // Small frames, empty ones, sizes around 16 KiB, a large one, and reduced ones of one and of several
+  // staging pieces, in one stream.
+  std::vector<Frame> frames;
+  for (size_t i = 0; i < 300; ++i) frames.push_back({(i * 37) % 700, false});
+  frames.push_back({1 << 20, false});
+  for (size_t i = 0; i < 3; ++i) frames.push_back({0, false});
+  for (size_t b : {16383, 16384, 16385, 16 * 1024 - 64, 20000}) frames.push_back({b, false});
+  frames.push_back({4096, true});
+  frames.push_back({200 * 1024, true});
+  for (size_t i = 0; i < 100; ++i) frames.push_back({(i * 53) % 300 + 1, i % 10 == 0});
+  for (Frame& f : frames)
+    if (f.reduce) f.bytes = (f.bytes + 3) / 4 * 4;
+
+  run_pair(
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        std::vector<std::vector<char>> payloads;
+        for (size_t i = 0; i < frames.size(); ++i) payloads.push_back(payload_of(i, frames[i]));
+        for (size_t i = 0; i < frames.size(); ++i) {
+          t.isend(1, tag_of(i, frames[i]), payloads[i].data(), frames[i].bytes, deadline,
+                  transport::SenderWork::busy());
+        }
+        t.flush(deadline);
+      },
+      [&](transport::TcpTransport& t) {
+        std::this_thread::sleep_for(milliseconds(300));  // the sender runs ahead
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        transport::Reduction sum;
+        sum.fn = kernels::reduce_fn(DataType::Float32, ReduceOp::Sum);
+        sum.elem_size = 4;
+        for (size_t i = 0; i < frames.size(); ++i) {
+          const Frame& f = frames[i];
+          std::vector<char> expected = payload_of(i, f);
+          std::vector<char> got(f.bytes + 8, '\x5a');  // guard bytes past the end stay untouched
+          if (f.reduce) {
+            std::vector<float> local(f.bytes / 4, 0.5f);
+            t.recv_reduce(0, tag_of(i, f), got.data(), local.data(), f.bytes, sum, deadline);
+            for (size_t k = 0; k < f.bytes / 4; ++k) {
+              float in, out;
+              std::memcpy(&in, expected.data() + 4 * k, 4);
+              std::memcpy(&out, got.data() + 4 * k, 4);
+              ASSERT_EQ(out, in + 0.5f) << "frame " << i << " element " << k;
+            }
+          } else {
+            t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
+            ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), f.bytes)) << "frame " << i << " of " << f.bytes;
+          }
+          for (size_t k = f.bytes; k < got.size(); ++k) ASSERT_EQ(got[k], '\x5a') << "frame " << i << " overran";
+        }
+      });
+}
+
+TEST(TcpTransport, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
+  constexpr size_t kFrames = 40;
+  run_pair(
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        std::vector<std::vector<char>> payloads;
+        for (size_t i = 0; i < kFrames; ++i) payloads.push_back(payload_of(i, {i * 11 + 1, false}));
+        for (size_t i = 0; i < kFrames; ++i) {
+          t.isend(1, tag_of(i, {i * 11 + 1, false}), payloads[i].data(), payloads[i].size(), deadline,
+                  transport::SenderWork::busy());
+        }
+        t.flush(deadline);
+        // run_pair closes the transport now: a goodbye follows the frames in the stream.
+      },
+      [&](transport::TcpTransport& t) {
+        std::this_thread::sleep_for(milliseconds(300));  // the frames and the goodbye are all there
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        for (size_t i = 0; i < kFrames; ++i) {
+          Frame f{i * 11 + 1, false};
+          std::vector<char> got(f.bytes);
+          t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
+          ASSERT_EQ(got, payload_of(i, f)) << "frame " << i;
+        }
+        char extra[8];
+        try {
+          t.recv(0, tag_of(kFrames, {8, false}), extra, 8, deadline);
+          ADD_FAILURE() << "a receive past the peer's goodbye must fail";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+          EXPECT_NE(std::string(e.what()).find("rank 0 closed its communicator"), std::string::npos) << e.what();
+        }
+      });
+}
+
+}  // namespace
+}  // namespace chorus
