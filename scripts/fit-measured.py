@@ -101,9 +101,13 @@ GENERATIONS = [
     # three, 6.7-7.0% and 1.9-2.0%, against 8.3-8.5% and 2.7% choosing from one run). The twenty-first
     # session's run (algos-s21-shm) timed the tables fitted from those three: auto beyond 10% at 76 of 564 sizes,
     # beyond 25% at 26, of which a fixed choice consistent over the four runs would have avoided 10; held out in
-    # turn over the four, 8.9-9.4% and 2.8-3.1%. It joins them.
+    # turn over the four, 8.9-9.4% and 2.8-3.1%. It joins them. Its check run (algos-s21-shm-check, timing
+    # the four-run tables): beyond 10% at 83 sizes, beyond 25% at 29, 14 of them avoidable by a consistent
+    # fixed choice; most in 3- to 8-rank all_gather, where the two runs of this session's machine found bruck
+    # faster than hierarchical below 32 KiB and the twentieth session's three found the opposite. Held out in
+    # turn over all five, 9.9-10.1% and 3.0-3.3%. It joins them too.
     {"dirs": ["docs/data/algos-s20-shm", "docs/data/algos-s20-shm2", "docs/data/algos-s20-shm-check",
-              "docs/data/algos-s21-shm"],
+              "docs/data/algos-s21-shm", "docs/data/algos-s21-shm-check"],
      "copy_gbps": 40.0},
 ]
 
