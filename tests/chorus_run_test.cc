@@ -395,6 +395,20 @@ TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
     EXPECT_THROW(client.set("gone", "x"), chorus::Error) << "the store closed after --store-linger";
     std::remove(go.c_str());
   }
+  {
+    // The job's --timeout bounds the wait as well.
+    Launcher launcher({"-n", "1", "--world-size", "2", "--timeout", "2", "--", "sh", "-c", rank});
+    std::string host;
+    uint16_t port = 0;
+    ASSERT_TRUE(address(launcher.read_line(), host, port));
+    chorus::TcpStore client(host, port, no_token);
+    { std::ofstream touch(go); }
+    Result r = launcher.wait();
+    EXPECT_EQ(r.exit_code(), 0) << r.err;
+    EXPECT_LT(r.seconds, 10.0);
+    EXPECT_THAT(r.err, HasSubstr("closing the rendezvous store with 1 client still connected: the job's --timeout"));
+    std::remove(go.c_str());
+  }
   ::rmdir(dir_template);
 }
 

@@ -426,6 +426,8 @@ class Job {
 
   // Whether the launcher itself was stopped by SIGINT, SIGTERM or SIGHUP.
   bool interrupted() const { return interrupted_; }
+  // When --timeout ends the job, if it was given.
+  std::optional<Clock::time_point> deadline() const { return deadline_; }
 
  private:
   void launch_all() {
@@ -749,16 +751,26 @@ void ensure_standard_fds() {
 // The store outlives this host's ranks while other hosts' ranks still hold connections to it: they may still
 // need it (a split, a failure record to read) after ours are done, and would otherwise fail with "the store
 // closed the connection". Every rank keeps its connection until it exits, so the count of connected clients
-// falling to zero means every rank is done. Bounded by --store-linger; SIGINT/SIGTERM/SIGHUP end it at once.
-void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s) {
+// falling to zero means every rank is done. Bounded by --store-linger and by the job's --timeout;
+// SIGINT/SIGTERM/SIGHUP end it at once.
+void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s,
+                            std::optional<Clock::time_point> job_deadline) {
   const auto start = Clock::now();
-  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(linger_s));
+  auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(linger_s, 1e9)));
+  const bool timeout_first = job_deadline && *job_deadline < end;
+  if (timeout_first) end = *job_deadline;
   bool told = false;
   while (server.clients() > 0) {
     auto now = Clock::now();
     if (now >= end) {
-      note("closing the rendezvous store with {} still connected after --store-linger {:g} s",
-           plural(server.clients(), "client"), linger_s);
+      if (timeout_first) {
+        note("closing the rendezvous store with {} still connected: the job's --timeout has passed",
+             plural(server.clients(), "client"));
+      } else {
+        note("closing the rendezvous store with {} still connected after --store-linger {:g} s",
+             plural(server.clients(), "client"), linger_s);
+      }
       return;
     }
     if (!told && now - start >= std::chrono::seconds(2)) {
@@ -855,7 +867,7 @@ int main(int argc, char** argv) {
   Job job(options, store_addr, signal_fd, original_mask, original_sigpipe);
   int rc = job.run();
   if (server && options.world_size > options.nranks && !job.interrupted() && rc != kTimedOutStatus) {
-    linger_for_other_hosts(*server, signal_fd, options.store_linger_s);
+    linger_for_other_hosts(*server, signal_fd, options.store_linger_s, job.deadline());
   }
   server.reset();
   ::close(signal_fd);
