@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <set>
@@ -345,30 +346,34 @@ TEST(ChorusRun, StoreIsLiveWhileRanksRun) {
 
 // The launcher that hosts the store of a multi-host job keeps it up after its own ranks ended, while ranks of
 // other hosts (here: this test's client) are still connected, and closes it once they leave; --store-linger
-// bounds the wait.
+// and --timeout bound the wait.
 TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
   char dir_template[] = "/tmp/chorus-run-linger-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   const std::string go = std::string(dir_template) + "/go";
   // The rank prints the store's address, waits until the test's client has connected, and ends.
   const std::string rank = "echo $CHORUS_STORE_ADDR; while [ ! -e " + go + " ]; do sleep 0.02; done";
-  auto address = [](const std::string& line, std::string& host, uint16_t& port) {
-    std::smatch m;
-    if (!std::regex_match(line, m, std::regex(R"(\[0\] (127\.0\.0\.1):([0-9]+))"))) return false;
-    host = m[1];
-    port = static_cast<uint16_t>(std::stoi(m[2]));
-    return true;
-  };
-  chorus::TcpStoreOptions no_token;
-  no_token.auth_token = "";  // a launcher of a larger world generates no token
 
-  {
-    Launcher launcher({"-n", "1", "--world-size", "2", "--", "sh", "-c", rank});
-    std::string host;
-    uint16_t port = 0;
-    ASSERT_TRUE(address(launcher.read_line(), host, port));
-    auto client = std::make_unique<chorus::TcpStore>(host, port, no_token);
+  // Starts a launcher of rank 0 of 2 with `extra` options, connects a client to its store as another host's rank
+  // would (a launcher of a larger world generates no token), lets the rank end, and hands both to `check`.
+  auto with_client = [&](std::vector<std::string> extra,
+                         const std::function<void(Launcher&, std::unique_ptr<chorus::TcpStore>&)>& check) {
+    std::vector<std::string> args{"-n", "1", "--world-size", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "-c", rank});
+    Launcher launcher(args);
+    std::string line = launcher.read_line();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, std::regex(R"(\[0\] (127\.0\.0\.1):([0-9]+))"))) << line;
+    chorus::TcpStoreOptions no_token;
+    no_token.auth_token = "";
+    auto client = std::make_unique<chorus::TcpStore>(m[1], static_cast<uint16_t>(std::stoi(m[2])), no_token);
     { std::ofstream touch(go); }
+    check(launcher, client);
+    std::remove(go.c_str());
+  };
+
+  with_client({}, [&](Launcher& launcher, std::unique_ptr<chorus::TcpStore>& client) {
     std::this_thread::sleep_for(milliseconds(2500));  // the rank has ended by now
     EXPECT_TRUE(process_alive(launcher.pid())) << "the store must stay up while another host's rank uses it";
     client->set("late", "still served");
@@ -379,36 +384,20 @@ TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
     EXPECT_EQ(r.exit_code(), 0) << r.err;
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - left).count(), 5.0) << "closes once the last client left";
     EXPECT_THAT(r.err, HasSubstr("keeping the rendezvous store up for the 1 client of other hosts")) << r.err;
-    std::remove(go.c_str());
-  }
-  {
-    Launcher launcher({"-n", "1", "--world-size", "2", "--store-linger", "1", "--", "sh", "-c", rank});
-    std::string host;
-    uint16_t port = 0;
-    ASSERT_TRUE(address(launcher.read_line(), host, port));
-    chorus::TcpStore client(host, port, no_token);
-    { std::ofstream touch(go); }
+  });
+  with_client({"--store-linger", "1"}, [&](Launcher& launcher, std::unique_ptr<chorus::TcpStore>& client) {
     Result r = launcher.wait();
     EXPECT_EQ(r.exit_code(), 0) << r.err;
     EXPECT_THAT(r.err,
                 HasSubstr("closing the rendezvous store with 1 client still connected after --store-linger 1 s"));
-    EXPECT_THROW(client.set("gone", "x"), chorus::Error) << "the store closed after --store-linger";
-    std::remove(go.c_str());
-  }
-  {
-    // The job's --timeout bounds the wait as well.
-    Launcher launcher({"-n", "1", "--world-size", "2", "--timeout", "2", "--", "sh", "-c", rank});
-    std::string host;
-    uint16_t port = 0;
-    ASSERT_TRUE(address(launcher.read_line(), host, port));
-    chorus::TcpStore client(host, port, no_token);
-    { std::ofstream touch(go); }
+    EXPECT_THROW(client->set("gone", "x"), chorus::Error) << "the store closed after --store-linger";
+  });
+  with_client({"--timeout", "2"}, [&](Launcher& launcher, std::unique_ptr<chorus::TcpStore>&) {
     Result r = launcher.wait();
     EXPECT_EQ(r.exit_code(), 0) << r.err;
     EXPECT_LT(r.seconds, 10.0);
     EXPECT_THAT(r.err, HasSubstr("closing the rendezvous store with 1 client still connected: the job's --timeout"));
-    std::remove(go.c_str());
-  }
+  });
   ::rmdir(dir_template);
 }
 
