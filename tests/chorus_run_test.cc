@@ -392,6 +392,13 @@ TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
                 HasSubstr("closing the rendezvous store with 1 client still connected after --store-linger 1 s"));
     EXPECT_THROW(client->set("gone", "x"), chorus::Error) << "the store closed after --store-linger";
   });
+  with_client({}, [&](Launcher& launcher, std::unique_ptr<chorus::TcpStore>&) {
+    std::this_thread::sleep_for(milliseconds(2500));  // lingering by now
+    ::kill(launcher.pid(), SIGTERM);
+    Result r = launcher.wait();
+    EXPECT_EQ(r.exit_code(), 128 + SIGTERM) << "a signal ends the linger and the launcher's status says so";
+    EXPECT_THAT(r.err, HasSubstr("received SIGTERM; closing the rendezvous store with 1 client still connected"));
+  });
   with_client({"--timeout", "2"}, [&](Launcher& launcher, std::unique_ptr<chorus::TcpStore>&) {
     Result r = launcher.wait();
     EXPECT_EQ(r.exit_code(), 0) << r.err;

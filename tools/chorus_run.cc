@@ -752,8 +752,8 @@ void ensure_standard_fds() {
 // need it (a split, a failure record to read) after ours are done, and would otherwise fail with "the store
 // closed the connection". Every rank keeps its connection until it exits, so the count of connected clients
 // falling to zero means every rank is done. Bounded by --store-linger and by the job's --timeout;
-// SIGINT/SIGTERM/SIGHUP end it at once.
-void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s,
+// SIGINT/SIGTERM/SIGHUP end it at once: returns that signal, else 0.
+int linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s,
                             std::optional<Clock::time_point> job_deadline) {
   const auto start = Clock::now();
   auto end =
@@ -771,7 +771,7 @@ void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd,
         note("closing the rendezvous store with {} still connected after --store-linger {:g} s",
              plural(server.clients(), "client"), linger_s);
       }
-      return;
+      return 0;
     }
     if (!told && now - start >= std::chrono::seconds(2)) {
       note(
@@ -788,11 +788,12 @@ void linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd,
         if (sig != SIGCHLD) {
           note("received {}; closing the rendezvous store with {} still connected", signal_name(sig),
                plural(server.clients(), "client"));
-          return;
+          return sig;
         }
       }
     }
   }
+  return 0;
 }
 
 }  // namespace
@@ -867,7 +868,8 @@ int main(int argc, char** argv) {
   Job job(options, store_addr, signal_fd, original_mask, original_sigpipe);
   int rc = job.run();
   if (server && options.world_size > options.nranks && !job.interrupted() && rc != kTimedOutStatus) {
-    linger_for_other_hosts(*server, signal_fd, options.store_linger_s, job.deadline());
+    int sig = linger_for_other_hosts(*server, signal_fd, options.store_linger_s, job.deadline());
+    if (sig != 0 && rc == 0) rc = 128 + sig;  // as when a signal stops the job
   }
   server.reset();
   ::close(signal_fd);
