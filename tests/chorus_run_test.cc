@@ -368,6 +368,8 @@ TEST(ChorusRun, HostedStoreOutlivesItsRanksWhileOtherHostsUseIt) {
     chorus::TcpStoreOptions no_token;
     no_token.auth_token = "";
     auto client = std::make_unique<chorus::TcpStore>(m[1], static_cast<uint16_t>(std::stoi(m[2])), no_token);
+    // A first request: the server has accepted the connection (not merely the kernel) before the rank ends.
+    client->set("connected", "1");
     { std::ofstream touch(go); }
     check(launcher, client);
     std::remove(go.c_str());

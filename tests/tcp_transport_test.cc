@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -115,7 +116,8 @@ TEST(TcpTransport, FramesThatArriveEarlyStayIntactAndInOrder) {
             }
           } else {
             t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
-            ASSERT_EQ(0, std::memcmp(got.data(), expected.data(), f.bytes)) << "frame " << i << " of " << f.bytes;
+            ASSERT_TRUE(std::equal(expected.begin(), expected.end(), got.begin()))
+                << "frame " << i << " of " << f.bytes;
           }
           for (size_t k = f.bytes; k < got.size(); ++k) ASSERT_EQ(got[k], '\x5a') << "frame " << i << " overran";
         }
