@@ -754,7 +754,7 @@ void ensure_standard_fds() {
 // falling to zero means every rank is done. Bounded by --store-linger and by the job's --timeout;
 // SIGINT/SIGTERM/SIGHUP end it at once: returns that signal, else 0.
 int linger_for_other_hosts(const chorus::TcpStoreServer& server, int signal_fd, double linger_s,
-                            std::optional<Clock::time_point> job_deadline) {
+                           std::optional<Clock::time_point> job_deadline) {
   const auto start = Clock::now();
   auto end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(linger_s, 1e9)));
