@@ -1,5 +1,5 @@
 // The tcp transport's receive path, driven directly: frames that arrive before their receive is posted (a peer
-// running ahead, so that one read may hold several of them) come out intact and in order, whatever their
+// running ahead, so that the socket holds many of them at once) come out intact and in order, whatever their
 // sizes, whether they are copied or reduced, and before the peer's goodbye.
 #include "transport/tcp/tcp_transport.h"
 
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -71,8 +72,8 @@ void run_pair(const std::function<void(transport::TcpTransport&)>& sender,
 }
 
 TEST(TcpTransport, FramesThatArriveEarlyStayIntactAndInOrder) {
-  // Small frames, empty ones, sizes around 16 KiB, a large one, and reduced ones of one and of several
-  // staging pieces, in one stream.
+  // Small frames, empty ones, sizes either side of 16 KiB, a large one, and reduced ones of one and of several
+  // 64 KiB staging pieces, in one stream.
   std::vector<Frame> frames;
   for (size_t i = 0; i < 300; ++i) frames.push_back({(i * 37) % 700, false});
   frames.push_back({1 << 20, false});
