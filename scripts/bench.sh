@@ -2,7 +2,7 @@
 # Reruns the performance comparison of docs/performance.md in one command, and regenerates its tables and plots.
 #
 #   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1]
-#                    [--registered 0|1] [--quick] [--no-probes]
+#                    [--registered 0|1] [--quick] [--no-probes] [--repeat R] [--min BYTES] [--max BYTES]
 #
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
@@ -20,12 +20,22 @@
 # the generated tables.
 # --no-probes: leaves membw.txt, floor.txt and rss.txt as they are (to time some rows again after a full run,
 # whose probes describe the same hour as its tables).
+# --repeat R, --min, --max: every comparison R times (round by round: each round visits every row once), over
+# sizes MIN to MAX bytes (compare.sh's -b and -e; default 8 B to 64 MiB), into
+# docs/data/bench/repeat/compare-<coll>-<n>ranks-<t>[-fromMIN][-toMAX].<i>.txt, and per row the medians over
+# the runs (scripts/compare-median.py) into the same name with .md; the tables and plots above stay as they
+# are, and so do the probes' files (as with --no-probes). For the sizes whose single-run ratio moves from run to
+# run (docs/performance.md, "Where the two virtual CPUs sit").
+# Each comparison's file also records the round trip of a cache line between CPUs 0 and 1 before and after it
+# (bench/cacheline_pingpong: about 50 ns when the host runs the two virtual CPUs on one core's hyperthreads,
+# 230-650 ns on separate cores).
 # --quick: all_reduce only, 2 ranks (a few minutes). The full run takes 35-50 minutes on the 2-core machine
 # (2026-12-01 03:24-04:10, 2026-12-02 02:00-02:36 UTC): run it on a quiet machine, since every figure is a
 # side-by-side ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0 PROBES=1
+REPEAT=1 MIN= MAX=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
@@ -33,13 +43,17 @@ while [[ $# -gt 0 ]]; do
     --registered) REGISTERED=$2; shift 2 ;;
     --quick) COLLS=allreduce RANKS=2; shift ;;
     --no-probes) PROBES=0; shift ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;; --min) MIN=$2; shift 2 ;; --max) MAX=$2; shift 2 ;;
+    *) sed -n '2,34p' "$0"; exit 2 ;;
   esac
 done
+# Repeated or partial rows leave the probes' files alone: those describe the hour of the last full run's tables.
+[[ $REPEAT == 1 && -z $MIN$MAX ]] || PROBES=0
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 OUT=docs/data/bench
 mkdir -p "$OUT" docs/img
 [[ -x build/bin/chorus-perf ]] || ./scripts/build.sh
+[[ -x build/bin/cacheline_pingpong ]] || cmake --build build --target cacheline_pingpong
 python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null; }
 
@@ -53,6 +67,8 @@ stolen_since() {
   read -r t1 s1 <<<"$(cpu_ticks)"
   awk -v t=$((t1 - t0)) -v s=$((s1 - s0)) 'BEGIN { if (t > 0) printf "%.1f%% of %d ticks\n", 100 * s / t, t; else print "unknown" }'
 }
+# Five samples of the cache-line round trip between CPUs 0 and 1, 100 ms apart (about half a second).
+cacheline() { build/bin/cacheline_pingpong -q -s 5 -i 100 -n 10000 2>&1 || true; }
 
 if [[ $PROBES == 1 ]]; then
   echo "== memory bandwidth"
@@ -101,20 +117,54 @@ SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
 WATCHDOG=$!
 trap 'kill $WATCHDOG 2>/dev/null; rm -f "$PERF_WRAPPER"' EXIT
 
-for t in $TRANSPORTS; do
-  for n in $RANKS; do
-    for c in $COLLS; do
-      f=$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt
-      echo "== $c, $n ranks, $t -> $f"
-      ticks=$(cpu_ticks)
-      { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c  (chorus-perf --rotate $ROTATE -R $REGISTERED --iters-by-size --average 3; broadcast: --in-place-first)"; "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c"; } >"$f" 2>&1 ||
-        echo "compare.sh failed: see $f"
-      echo "# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: $(stolen_since "$ticks")" | tee -a "$f"
-      # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
-      pkill -f mpi_coll_mpich 2>/dev/null || true
+# One comparison: compare.sh for (coll $1, ranks $2, transport $3) into file $4, with the stolen CPU time and
+# the cache-line probes around it.
+compare() {
+  local c=$1 n=$2 t=$3 f=$4 ticks before
+  echo "== $c, $n ranks, $t -> $f"
+  ticks=$(cpu_ticks)
+  before=$(cacheline)
+  { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c${MIN:+ -b $MIN}${MAX:+ -e $MAX}  (chorus-perf --rotate $ROTATE -R $REGISTERED --iters-by-size --average 3; broadcast: --in-place-first)"
+    "$PEERS/compare.sh" -n "$n" -t "$t" -c "$c" ${MIN:+-b "$MIN"} ${MAX:+-e "$MAX"}; } >"$f" 2>&1 ||
+    echo "compare.sh failed: see $f"
+  echo "# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: $(stolen_since "$ticks")" | tee -a "$f"
+  echo "# cache-line round trip before: $before" | tee -a "$f"
+  echo "# cache-line round trip after: $(cacheline)" | tee -a "$f"
+  # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
+  pkill -f mpi_coll_mpich 2>/dev/null || true
+}
+
+if [[ $REPEAT == 1 && -z $MIN$MAX ]]; then
+  for t in $TRANSPORTS; do
+    for n in $RANKS; do
+      for c in $COLLS; do
+        compare "$c" "$n" "$t" "$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt"
+      done
     done
   done
-done
+else
+  mkdir -p "$OUT/repeat"
+  RANGE=${MIN:+-from$MIN}${MAX:+-to$MAX}
+  for ((i = 1; i <= REPEAT; i++)); do
+    for t in $TRANSPORTS; do
+      for n in $RANKS; do
+        for c in $COLLS; do
+          compare "$c" "$n" "$t" "$OUT/repeat/compare-$c-${n}ranks-$t$SUFFIX$RANGE.$i.txt"
+        done
+      done
+    done
+  done
+  for t in $TRANSPORTS; do
+    for n in $RANKS; do
+      for c in $COLLS; do
+        base=$OUT/repeat/compare-$c-${n}ranks-$t$SUFFIX$RANGE
+        python3 scripts/compare-median.py $(for ((i = 1; i <= REPEAT; i++)); do echo "$base.$i.txt"; done) >"$base.md"
+        echo "medians: $base.md"
+      done
+    done
+  done
+  exit 0
+fi
 
 PY=python3; $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
 $PY scripts/plot-bench.py "$OUT" --img docs/img --summary "$OUT/summary.md" --doc docs/performance.md
