@@ -105,13 +105,16 @@ SUFFIX=; [[ $ROTATE == 1 ]] && SUFFIX=-rotate1
 [[ $REGISTERED == 1 ]] && SUFFIX=$SUFFIX-registered
 
 # MPICH over UCX tcp prints its whole table, then hangs in MPI_Finalize (docs/performance.md): a watchdog ends
-# any mpi_coll_mpich that has run for 5 minutes, so the sweep goes on (its figures are already out).
+# any mpi_coll_mpich that has run for MPICH_WATCHDOG_S seconds (default 300), so the sweep goes on (its figures
+# are already out). Its output reaches compare.sh only when it ends, so the watchdog cannot tell a hang from a
+# slow run: 2-rank runs take under a minute (MPICH_WATCHDOG_S=90 spares repeated tcp rows four minutes each),
+# 4-rank ones several (MPICH spins without yielding when ranks outnumber cores).
 # (No `cond && kill` as a loop's last command: under set -e a false condition ended the watchdog itself.)
 ( set +e
   while sleep 10; do
     for pid in $(pgrep -f mpi_coll_mpich); do
       e=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')
-      if [[ -n $e && $e -gt 300 ]]; then kill "$pid" 2>/dev/null; fi
+      if [[ -n $e && $e -gt ${MPICH_WATCHDOG_S:-300} ]]; then kill "$pid" 2>/dev/null; fi
     done
   done ) &
 WATCHDOG=$!
