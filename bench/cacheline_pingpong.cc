@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -78,6 +79,14 @@ int main(int argc, char** argv) {
   }
   if (samples < 1 || roundtrips < 1) usage();
 
+  // Both CPUs are tried here, before the fork: a child that could not pin would leave the parent waiting for
+  // its answers forever.
+  for (int cpu : {cpu_b, cpu_a}) {
+    if (!pin(cpu)) {
+      std::fprintf(stderr, "cannot pin to CPU %d: %s\n", cpu, std::strerror(errno));
+      return 1;
+    }
+  }
   void* m = ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) {
     std::perror("mmap");
@@ -89,14 +98,8 @@ int main(int argc, char** argv) {
     std::perror("fork");
     return 1;
   }
-  if (!pin(child == 0 ? cpu_b : cpu_a)) {
-    std::fprintf(stderr, "cannot pin to CPU %d: %s\n", child == 0 ? cpu_b : cpu_a, std::strerror(errno));
-    if (child == 0) _exit(1);
-    sh->go.value.store(-1);
-    ::waitpid(child, nullptr, 0);
-    return 1;
-  }
   if (child == 0) {
+    pin(cpu_b);  // the parent is already on cpu_a
     // Answer every ping with the same number, until told to stop. Between samples the parent sleeps; so does
     // the child (it spins only while a sample runs).
     long next = 1;
