@@ -17,15 +17,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,8 +36,8 @@ struct alignas(64) Line {
 };
 
 struct Shared {
-  Line ping;       // written by the parent
-  Line pong;       // written by the child
+  Line ping;  // written by the parent
+  Line pong;  // written by the child
   Line go;    // 1 + the sample the parent is timing; 0 between samples; -1: stop
 };
 
@@ -48,36 +48,20 @@ bool pin(int cpu) {
   return ::sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: cacheline_pingpong [-a CPU] [-b CPU] [-s SAMPLES] [-i INTERVAL_MS] [-n ROUNDTRIPS] [-q]\n");
-  std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int cpu_a = 0, cpu_b = 1, samples = 20, interval_ms = 500;
   long roundtrips = 20000;
   bool quiet = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> long {
-      if (i + 1 >= argc) usage();
-      char* end = nullptr;
-      long v = std::strtol(argv[++i], &end, 10);
-      if (end == nullptr || *end != '\0' || v < 0) usage();
-      return v;
-    };
-    if (a == "-a") cpu_a = static_cast<int>(value());
-    else if (a == "-b") cpu_b = static_cast<int>(value());
-    else if (a == "-s") samples = static_cast<int>(value());
-    else if (a == "-i") interval_ms = static_cast<int>(value());
-    else if (a == "-n") roundtrips = value();
-    else if (a == "-q") quiet = true;
-    else usage();
-  }
-  if (samples < 1 || roundtrips < 1) usage();
+  CLI::App app{"The round trip of a cache line between two CPUs, sampled over time."};
+  app.add_option("-a", cpu_a, "CPU of the parent process")->check(CLI::NonNegativeNumber);
+  app.add_option("-b", cpu_b, "CPU of the child process")->check(CLI::NonNegativeNumber);
+  app.add_option("-s", samples, "Samples")->check(CLI::PositiveNumber);
+  app.add_option("-i", interval_ms, "Milliseconds between samples")->check(CLI::NonNegativeNumber);
+  app.add_option("-n", roundtrips, "Round trips per sample")->check(CLI::PositiveNumber);
+  app.add_flag("-q", quiet, "Print only the summary");
+  CLI11_PARSE(app, argc, argv);
 
   // Both CPUs are tried here, before the fork: a child that could not pin would leave the parent waiting for
   // its answers forever.

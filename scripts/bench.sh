@@ -137,35 +137,31 @@ compare() {
   pkill -f mpi_coll_mpich 2>/dev/null || true
 }
 
-if [[ $REPEAT == 1 && -z $MIN$MAX ]]; then
+# Calls "$@" COLL N T for every row, transports outermost.
+each_row() {
+  local t n c
   for t in $TRANSPORTS; do
     for n in $RANKS; do
-      for c in $COLLS; do
-        compare "$c" "$n" "$t" "$OUT/compare-$c-${n}ranks-$t$SUFFIX.txt"
-      done
+      for c in $COLLS; do "$@" "$c" "$n" "$t"; done
     done
   done
+}
+
+if [[ $REPEAT == 1 && -z $MIN$MAX ]]; then
+  full_row() { compare "$1" "$2" "$3" "$OUT/compare-$1-$2ranks-$3$SUFFIX.txt"; }
+  each_row full_row
 else
   mkdir -p "$OUT/repeat"
   RANGE=${MIN:+-from$MIN}${MAX:+-to$MAX}
-  for ((i = 1; i <= REPEAT; i++)); do
-    for t in $TRANSPORTS; do
-      for n in $RANKS; do
-        for c in $COLLS; do
-          compare "$c" "$n" "$t" "$OUT/repeat/compare-$c-${n}ranks-$t$SUFFIX$RANGE.$i.txt"
-        done
-      done
-    done
-  done
-  for t in $TRANSPORTS; do
-    for n in $RANKS; do
-      for c in $COLLS; do
-        base=$OUT/repeat/compare-$c-${n}ranks-$t$SUFFIX$RANGE
-        python3 scripts/compare-median.py $(for ((i = 1; i <= REPEAT; i++)); do echo "$base.$i.txt"; done) >"$base.md"
-        echo "medians: $base.md"
-      done
-    done
-  done
+  row_base() { echo "$OUT/repeat/compare-$1-$2ranks-$3$SUFFIX$RANGE"; }
+  repeated_row() { compare "$2" "$3" "$4" "$(row_base "$2" "$3" "$4").$1.txt"; }
+  medians() {
+    local base; base=$(row_base "$@")
+    python3 scripts/compare-median.py $(for ((i = 1; i <= REPEAT; i++)); do echo "$base.$i.txt"; done) >"$base.md"
+    echo "medians: $base.md"
+  }
+  for ((i = 1; i <= REPEAT; i++)); do each_row repeated_row "$i"; done
+  each_row medians
   exit 0
 fi
 
