@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -130,8 +129,9 @@ int main(int argc, char** argv) {
   std::vector<double> sorted = ns;
   std::sort(sorted.begin(), sorted.end());
   const long shared_core = std::count_if(ns.begin(), ns.end(), [](double v) { return v < 100; });
-  std::printf("cpus %d,%d: round trip min %.0f ns, median %.0f ns, max %.0f ns; %ld of %zu samples under 100 ns "
-              "(the two CPUs then share a physical core)\n",
-              cpu_a, cpu_b, sorted.front(), sorted[sorted.size() / 2], sorted.back(), shared_core, ns.size());
+  std::printf(
+      "cpus %d,%d: round trip min %.0f ns, median %.0f ns, max %.0f ns; %ld of %zu samples under 100 ns "
+      "(the two CPUs then share a physical core)\n",
+      cpu_a, cpu_b, sorted.front(), sorted[sorted.size() / 2], sorted.back(), shared_core, ns.size());
   return 0;
 }
