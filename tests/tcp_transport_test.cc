@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -53,12 +56,13 @@ std::vector<char> payload_of(size_t index, const Frame& f) {
 
 // Two ranks over loopback tcp, each run by its own thread.
 void run_pair(const std::function<void(transport::TcpTransport&)>& sender,
-              const std::function<void(transport::TcpTransport&)>& receiver) {
+              const std::function<void(transport::TcpTransport&)>& receiver,
+              const transport::TcpOptions& options = {}) {
   MemoryStore store;
   auto body = [&](int rank) {
     try {
       auto deadline = base::Deadline::after(std::chrono::seconds(60));
-      auto t = transport::TcpTransport::connect(store, "tcp/", rank, 2, kCommTag, transport::TcpOptions{}, std::nullopt,
+      auto t = transport::TcpTransport::connect(store, "tcp/", rank, 2, kCommTag, options, std::nullopt,
                                                 /*all_local=*/true, deadline);
       (rank == 0 ? sender : receiver)(*t);
       t->close();
@@ -157,6 +161,59 @@ TEST(TcpTransport, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
           EXPECT_NE(std::string(e.what()).find("rank 0 closed its communicator"), std::string::npos) << e.what();
         }
       });
+}
+
+std::string read_first_line(const char* path) {
+  std::string line;
+  if (FILE* f = std::fopen(path, "r")) {
+    char buf[256] = {};
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) line = buf;
+    std::fclose(f);
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
+  // Loopback connections: "auto" (the default) gives them reno, "system" leaves the kernel's default, and a
+  // name the kernel refuses is an InvalidArgument that names the variable, on every rank.
+  const std::string system_default = read_first_line("/proc/sys/net/ipv4/tcp_congestion_control");
+  ASSERT_FALSE(system_default.empty());
+  std::string seen[2];
+  auto record = [&](int rank) {
+    return [&seen, rank](transport::TcpTransport& t) { seen[rank] = t.congestion_control(1 - rank); };
+  };
+  run_pair(record(0), record(1));
+  EXPECT_EQ(seen[0], transport::TcpTransport::kSameHostCongestion);
+  EXPECT_EQ(seen[1], transport::TcpTransport::kSameHostCongestion);
+
+  transport::TcpOptions system;
+  system.congestion = "system";
+  run_pair(record(0), record(1), system);
+  EXPECT_EQ(seen[0], system_default);
+  EXPECT_EQ(seen[1], system_default);
+
+  MemoryStore store;
+  transport::TcpOptions bogus;
+  bogus.congestion = "no_such_cc";
+  int refused = 0;
+  std::mutex mu;
+  auto body = [&](int rank) {
+    try {
+      auto deadline = base::Deadline::after(std::chrono::seconds(60));
+      transport::TcpTransport::connect(store, "tcp/", rank, 2, kCommTag, bogus, std::nullopt, /*all_local=*/true,
+                                       deadline);
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("CHORUS_TCP_CONGESTION='no_such_cc'"), std::string::npos) << e.what();
+      ++refused;
+    }
+  };
+  std::thread r0(body, 0), r1(body, 1);
+  r0.join();
+  r1.join();
+  EXPECT_EQ(refused, 2);
 }
 
 }  // namespace

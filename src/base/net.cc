@@ -218,6 +218,35 @@ void set_buffer_sizes(int fd, int bytes) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
+bool same_host(int fd) {
+  const SockAddr local = local_address(fd), peer = peer_address(fd);
+  if (peer.storage.ss_family == AF_INET) {
+    const auto* p = reinterpret_cast<const sockaddr_in*>(&peer.storage);
+    const auto* l = reinterpret_cast<const sockaddr_in*>(&local.storage);
+    return (ntohl(p->sin_addr.s_addr) >> 24) == 127 ||
+           (local.storage.ss_family == AF_INET && p->sin_addr.s_addr == l->sin_addr.s_addr);
+  }
+  if (peer.storage.ss_family == AF_INET6) {
+    const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer.storage);
+    const auto* l = reinterpret_cast<const sockaddr_in6*>(&local.storage);
+    const bool mapped_loopback = IN6_IS_ADDR_V4MAPPED(&p->sin6_addr) && p->sin6_addr.s6_addr[12] == 127;
+    return IN6_IS_ADDR_LOOPBACK(&p->sin6_addr) || mapped_loopback ||
+           (local.storage.ss_family == AF_INET6 && std::memcmp(&p->sin6_addr, &l->sin6_addr, sizeof(in6_addr)) == 0);
+  }
+  return false;
+}
+
+bool set_congestion_control(int fd, const std::string& name) {
+  return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0;
+}
+
+std::string congestion_control(int fd) {
+  char name[64] = {};
+  socklen_t len = sizeof(name) - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+  return std::string(name, strnlen(name, len));
+}
+
 Fd connect_tcp(const std::vector<SockAddr>& addrs, Deadline deadline, std::string_view what) {
   int last_err = 0;
   auto backoff = std::chrono::milliseconds(1);

@@ -90,6 +90,13 @@ void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
 // Sets SO_SNDBUF/SO_RCVBUF (best effort; 0 leaves the kernel's autotuning on).
 void set_buffer_sizes(int fd, int bytes);
+// Whether a connected socket's two ends are addresses of this host: the peer's address is a loopback address,
+// or the same address as ours.
+bool same_host(int fd);
+// TCP_CONGESTION: sets the socket's congestion control (false, errno set, when the kernel refuses the name),
+// and reads it back ("" when it cannot).
+bool set_congestion_control(int fd, const std::string& name);
+std::string congestion_control(int fd);
 
 enum class IoStatus { Ok, Eof, Timeout };
 // Blocking-style full read/write with a deadline, for handshakes and the store protocol. Works on blocking

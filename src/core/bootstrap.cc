@@ -231,6 +231,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   transport::TcpOptions topts;
   topts.ifname = impl->config.socket_ifname;
   topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
+  topts.congestion = impl->config.tcp_congestion;
   topts.auth_token = impl->config.auth_token;
   topts.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   if (kind == TransportKind::InProc) {

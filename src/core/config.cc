@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
@@ -238,6 +239,19 @@ Config resolve_config(const CommOptions& o) {
       base::throw_error(ErrorCode::InvalidArgument, fmt::format("CHORUS_SOCKET_BUFFER_BYTES='{}' is not a size", *b));
     }
     c.socket_buffer_bytes = static_cast<int>(*v);
+  }
+  if (auto v = env_string("CHORUS_TCP_CONGESTION")) {
+    // A name the kernel does not know is found when the connections are made (the allowed list is the kernel's).
+    const bool plausible = !v->empty() && v->size() < 16 && std::all_of(v->begin(), v->end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+    if (!plausible) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_TCP_CONGESTION='{}' is not a congestion control name ('auto', 'system', "
+                                    "or an algorithm such as reno, cubic or bbr)",
+                                    *v));
+    }
+    c.tcp_congestion = *v;
   }
   return c;
 }

@@ -21,6 +21,7 @@ struct Config {
   std::string socket_ifname;
   size_t slice_bytes = 512 * 1024;
   int socket_buffer_bytes = 0;
+  std::string tcp_congestion = "auto";  // CHORUS_TCP_CONGESTION (transport::TcpOptions::congestion)
   // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (cross-memory attach:
   // 1 wherever the kernel allows it, 0 never, auto (-1) where a probe at creation finds it pays),
   // CHORUS_SHM_STREAM_IDLE_BYTES (an idle sender's payloads stream through the ring from this many bytes per

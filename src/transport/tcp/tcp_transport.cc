@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -205,15 +206,50 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
   if (connect_error) std::rethrow_exception(connect_error);
   if (accept_error) std::rethrow_exception(accept_error);
 
+  int same_host = 0;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     int fd = t->peers_[p].fd.get();
     base::set_nonblocking(fd, true);
     base::set_nodelay(fd);
     base::set_buffer_sizes(fd, options.socket_buffer_bytes);
+    set_congestion(fd, options.congestion, rank, p, &same_host);
+  }
+  if (same_host > 0) {
+    base::log_debug("tcp: {} of {} connections reach ranks on this host and use {} congestion control (auto)",
+                    same_host, size - 1, kSameHostCongestion);
   }
   t->setup_epoll();
   return t;
+}
+
+void TcpTransport::set_congestion(int fd, const std::string& choice, int rank, int peer, int* same_host) {
+  if (choice == "system") return;
+  if (choice == "auto") {
+    // Best effort: a kernel without reno (none is known) keeps its default.
+    if (base::same_host(fd) && base::set_congestion_control(fd, kSameHostCongestion)) ++*same_host;
+    return;
+  }
+  if (!base::set_congestion_control(fd, choice)) {
+    const int err = errno;
+    std::string allowed;
+    if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "r")) {
+      char buf[256] = {};
+      if (std::fgets(buf, sizeof(buf), f) != nullptr) allowed = buf;
+      std::fclose(f);
+      while (!allowed.empty() && allowed.back() == '\n') allowed.pop_back();
+    }
+    base::throw_error(ErrorCode::InvalidArgument,
+                      fmt::format("rank {}: CHORUS_TCP_CONGESTION='{}': the kernel refuses it for the connection to "
+                                  "rank {} ({}){}; 'auto' or 'system' always work",
+                                  rank, choice, peer, std::strerror(err),
+                                  allowed.empty() ? "" : fmt::format("; this process may choose: {}", allowed)));
+  }
+}
+
+std::string TcpTransport::congestion_control(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer].fd.valid()) return "";
+  return base::congestion_control(peers_[peer].fd.get());
 }
 
 void TcpTransport::setup_epoll() {
