@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/files.h"
 #include "chorus/communicator.h"
 #include "chorus/store.h"
 #include "kernels/reduce.h"
@@ -165,21 +165,10 @@ TEST(TcpTransport, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
       });
 }
 
-std::string read_first_line(const char* path) {
-  std::string line;
-  if (FILE* f = std::fopen(path, "r")) {
-    char buf[256] = {};
-    if (std::fgets(buf, sizeof(buf), f) != nullptr) line = buf;
-    std::fclose(f);
-  }
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line;
-}
-
 TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
   // Loopback connections: "auto" (the default) gives them reno, "system" leaves the kernel's default, and a
   // name the kernel refuses is an InvalidArgument that names the variable, on every rank.
-  const std::string system_default = read_first_line("/proc/sys/net/ipv4/tcp_congestion_control");
+  const std::string system_default = base::read_first_line("/proc/sys/net/ipv4/tcp_congestion_control");
   ASSERT_FALSE(system_default.empty());
   std::string seen[2];
   auto record = [&](int rank) {

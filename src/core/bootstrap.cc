@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
 
 #include "base/cpu.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/logging.h"
 #include "base/net.h"
 #include "core/communicator_impl.h"
@@ -33,13 +33,6 @@ namespace core {
 
 namespace {
 
-std::string read_first_line(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
 std::string read_link(const char* path) {
   char buf[256];
   ssize_t n = ::readlink(path, buf, sizeof(buf) - 1);
@@ -55,7 +48,7 @@ struct ProcIdentity {
 
 ProcIdentity my_identity() {
   ProcIdentity id;
-  id.host = read_first_line("/proc/sys/kernel/random/boot_id") + "/" + read_link("/proc/self/ns/net") + "/" +
+  id.host = base::read_first_line("/proc/sys/kernel/random/boot_id") + "/" + read_link("/proc/self/ns/net") + "/" +
             read_link("/proc/self/ns/ipc");
   id.process = id.host + "/" + std::to_string(::getpid());
   return id;

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -17,6 +16,7 @@
 
 #include "base/auth.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/logging.h"
 
 namespace chorus::transport {
@@ -232,13 +232,7 @@ void TcpTransport::set_congestion(int fd, const std::string& choice, int rank, i
   }
   if (!base::set_congestion_control(fd, choice)) {
     const int err = errno;
-    std::string allowed;
-    if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "r")) {
-      char buf[256] = {};
-      if (std::fgets(buf, sizeof(buf), f) != nullptr) allowed = buf;
-      std::fclose(f);
-      while (!allowed.empty() && allowed.back() == '\n') allowed.pop_back();
-    }
+    const std::string allowed = base::read_first_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
     base::throw_error(ErrorCode::InvalidArgument,
                       fmt::format("rank {}: CHORUS_TCP_CONGESTION='{}': the kernel refuses it for the connection to "
                                   "rank {} ({}){}; 'auto' or 'system' always work",
