@@ -109,6 +109,13 @@ GENERATIONS = [
     {"dirs": ["docs/data/algos-s20-shm", "docs/data/algos-s20-shm2", "docs/data/algos-s20-shm-check",
               "docs/data/algos-s21-shm", "docs/data/algos-s21-shm-check"],
      "copy_gbps": 40.0},
+    # tcp after connections between two addresses of one host went to reno (commit c6b6f27; bbr's pacing had
+    # doubled 2-rank all_reduce times from 128 KiB to 2 MiB): every transfer of that range got faster, and
+    # the crossovers moved. With the tables of the generation before, the first sweep of the new code
+    # (algos-s23-tcp) found auto beyond 10% at 80 of 564 sizes and beyond 25% at 27, most at 3, 4 and 8 ranks
+    # (4-rank all_reduce at 1-4 MiB chose direct, 1.13-1.22 times the fastest). Two runs of commit b794e11 on
+    # the twenty-second and twenty-third sessions' host (copy probe 12.5 GB/s: the earlier host's kind).
+    ["docs/data/algos-s23-tcp", "docs/data/algos-s23-tcp2"],
 ]
 
 
