@@ -234,5 +234,43 @@ TEST(TcpTransport, CongestionSettingIsCheckedAndSystemLeavesCommunicatorsWorking
   }
 }
 
+TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
+  // CHORUS_TCP_SPIN: polls of an empty socket before a receive sleeps in epoll_wait. Out of range is refused
+  // at creation, naming the variable.
+  for (const char* bad : {"-1", "100000001", "many"}) {
+    testing::ScopedEnv env("CHORUS_TCP_SPIN", bad);
+    CommOptions o;
+    o.transport = TransportKind::Tcp;
+    const std::string what = testing::expect_error(
+        ErrorCode::InvalidArgument, [&] { Communicator::create(std::make_shared<MemoryStore>(), 0, 1, o); });
+    EXPECT_NE(what.find("CHORUS_TCP_SPIN"), std::string::npos) << what;
+  }
+  // 0 (every empty read sleeps until epoll reports data) and a long spin: 3 ranks, small and large all_reduces
+  // and broadcasts from every root, each checked against its closed form.
+  for (const char* spin : {"0", "100000"}) {
+    testing::ScopedEnv env("CHORUS_TCP_SPIN", spin);
+    CommOptions o;
+    o.transport = TransportKind::Tcp;
+    constexpr int kRanks = 3;
+    testing::run_world(kRanks, o, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (size_t count : {size_t{1}, size_t{300}, size_t{1} << 17}) {
+        std::vector<int32_t> v(count);
+        for (size_t k = 0; k < count; ++k) v[k] = static_cast<int32_t>((r + 1) * 10 + k % 5);
+        comm.all_reduce(v.data(), v.data(), count, DataType::Int32, ReduceOp::Sum);
+        for (size_t k = 0; k < count; ++k) {
+          // sum over ranks q of (q + 1) * 10 + k % 5
+          ASSERT_EQ(v[k], static_cast<int32_t>(10 * kRanks * (kRanks + 1) / 2 + kRanks * (k % 5))) << spin << " " << k;
+        }
+        for (int root = 0; root < kRanks; ++root) {
+          std::vector<int32_t> b(count, r == root ? root + 7 : -1);
+          comm.broadcast(b.data(), b.data(), count, DataType::Int32, root);
+          ASSERT_EQ(std::count(b.begin(), b.end(), root + 7), static_cast<std::ptrdiff_t>(count)) << spin;
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace chorus

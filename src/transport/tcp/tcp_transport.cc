@@ -85,6 +85,7 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
                                                     bool all_local, base::Deadline deadline) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
   if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
+  if (options.spin >= 0) t->spin_ = options.spin;
   base::SockAddr addr = choose_listen_address(options, store_address, all_local);
   addr.set_port(0);
   base::Fd listener = base::listen_tcp(addr, std::max(128, size + 16));

@@ -32,6 +32,9 @@ struct TcpOptions {
   // Whether this host has more of the job's ranks than CPUs for them (then a wait yields the core between
   // polls); -1: the job's whole size against this machine's hardware threads.
   int oversubscribed = -1;
+  // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN); -1: 8 when
+  // oversubscribed (each yielding the core), else 64.
+  int spin = -1;
 };
 
 class TcpTransport final : public Transport {
