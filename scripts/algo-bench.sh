@@ -3,6 +3,11 @@
 # and writes the tables to docs/data/algos-<transport>-<coll>-<n>ranks.txt.
 #   scripts/algo-bench.sh [tcp] [ITERS]
 # RANKS="3 8" and COLLS="broadcast allgather" narrow the sweep; OUT (default docs/data) is where the tables go.
+# ROTATE=1 (default): each call works on the next slot of buffers sized for the largest size (chorus-perf
+# --rotate 1), so data that would fit in the caches arrives cold; ROTATE=0: the same buffers every call, hot in
+# the caches, as MPI benchmarks (and compare.sh's peers) time them and as data just produced by computation
+# arrives. Below the caches' size the two can order the algorithms differently (docs/algorithms.md, "Hot and
+# cold buffers"); the built-in tables are fitted to both.
 # Beside each table, chorus-perf's --json of its two runs (.small.json, .large.json) keeps each row's stolen
 # CPU time (stolen_share; null where a row could not be judged), which scripts/algo-summary.py --stolen reads.
 # A row timed while 5% or more of the host's CPU time was stolen is timed again, up to RETRY_STOLEN (default 3)
@@ -12,7 +17,7 @@
 # the quieter of its two runs (scripts/algo-merge.py; LATER=0: never).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3}
+T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3} ROTATE=${ROTATE:-1}
 OUT=${OUT:-docs/data}
 mkdir -p "$OUT"
 
@@ -21,9 +26,9 @@ table() {
   local out=$1 c=$2 n=$3
   # Small sizes take microseconds: many iterations per round; large ones: ITERS.
   { CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \
-      --algos all -n 200 --repeats 7 -w 5 -c 1 --retry-stolen "$RETRY" --json "${out%.txt}.small.json" &&
+      --algos all -n 200 --repeats 7 -w 5 -c 1 --rotate "$ROTATE" --retry-stolen "$RETRY" --json "${out%.txt}.small.json" &&
     CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 64K -e 64M -f 2 \
-      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
+      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --rotate "$ROTATE" --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
     grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
 }
 

@@ -119,6 +119,15 @@ GENERATIONS = [
     # them avoidable by a table consistent over the three runs), beyond 25% at 15; held out in turn over the
     # three, 9.1-9.2% and 2.6-2.8%. It joins them.
     ["docs/data/algos-s23-tcp", "docs/data/algos-s23-tcp2", "docs/data/algos-s23-tcp-check"],
+    # shm on the earlier host's kind, timed with cold buffers and with hot ones (twenty-fourth session). The shm
+    # tables above were fitted to sweeps whose every call works on the next slot of large buffers
+    # (chorus-perf --rotate 1: cold in the caches), and the transport has changed since (the eighteenth and
+    # twentieth sessions). With the same buffers every call (--rotate 0: hot, as compare.sh's peers and data
+    # just computed arrive), 2-rank all_reduce from 64 to 256 KiB ran rabenseifner or direct at 1.9-2.1 times
+    # recursive doubling's time. Two cold sweeps (algos-s24-shm, -shm2) and two hot ones (ROTATE=0:
+    # algos-s24-shm-hot, -hot2) of commit 45371c5 on the twenty-second to twenty-fourth sessions' host (copy
+    # probe 12.9 GB/s): the geometric mean over the four chooses for both temperatures.
+    ["docs/data/algos-s24-shm", "docs/data/algos-s24-shm2", "docs/data/algos-s24-shm-hot", "docs/data/algos-s24-shm-hot2"],
 ]
 
 
