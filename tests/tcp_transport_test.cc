@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -207,17 +208,23 @@ TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
   EXPECT_EQ(refused, 2);
 }
 
-TEST(TcpTransport, CongestionSettingIsCheckedAndSystemLeavesCommunicatorsWorking) {
-  // A value that cannot be an algorithm's name is refused before any connection, naming the variable (an empty
-  // one counts as unset, as for every CHORUS_ variable).
-  for (const char* bad : {"a b", "reno;bbr", "averyveryverylongname"}) {
-    testing::ScopedEnv env("CHORUS_TCP_CONGESTION", bad);
+// Each value of the environment variable `name` makes a tcp communicator's creation fail with InvalidArgument
+// naming the variable.
+void expect_tcp_setting_refused(const char* name, std::initializer_list<const char*> values) {
+  for (const char* bad : values) {
+    testing::ScopedEnv env(name, bad);
     CommOptions o;
     o.transport = TransportKind::Tcp;
     const std::string what = testing::expect_error(
         ErrorCode::InvalidArgument, [&] { Communicator::create(std::make_shared<MemoryStore>(), 0, 1, o); });
-    EXPECT_NE(what.find("CHORUS_TCP_CONGESTION"), std::string::npos) << what;
+    EXPECT_NE(what.find(name), std::string::npos) << name << "=" << bad << ": " << what;
   }
+}
+
+TEST(TcpTransport, CongestionSettingIsCheckedAndSystemLeavesCommunicatorsWorking) {
+  // A value that cannot be an algorithm's name is refused before any connection, naming the variable (an empty
+  // one counts as unset, as for every CHORUS_ variable).
+  expect_tcp_setting_refused("CHORUS_TCP_CONGESTION", {"a b", "reno;bbr", "averyveryverylongname"});
   // "system" and an explicit reno both give working communicators: an all_reduce of 1 MiB comes out right.
   for (const char* choice : {"system", "reno"}) {
     testing::ScopedEnv env("CHORUS_TCP_CONGESTION", choice);
@@ -237,14 +244,7 @@ TEST(TcpTransport, CongestionSettingIsCheckedAndSystemLeavesCommunicatorsWorking
 TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
   // CHORUS_TCP_SPIN: polls of an empty socket before a receive sleeps in epoll_wait. Out of range is refused
   // at creation, naming the variable.
-  for (const char* bad : {"-1", "100000001", "many"}) {
-    testing::ScopedEnv env("CHORUS_TCP_SPIN", bad);
-    CommOptions o;
-    o.transport = TransportKind::Tcp;
-    const std::string what = testing::expect_error(
-        ErrorCode::InvalidArgument, [&] { Communicator::create(std::make_shared<MemoryStore>(), 0, 1, o); });
-    EXPECT_NE(what.find("CHORUS_TCP_SPIN"), std::string::npos) << what;
-  }
+  expect_tcp_setting_refused("CHORUS_TCP_SPIN", {"-1", "100000001", "many"});
   // 0 (every empty read sleeps until epoll reports data) and a long spin: 3 ranks, small and large all_reduces
   // and broadcasts from every root, each checked against its closed form.
   for (const char* spin : {"0", "100000"}) {
