@@ -126,7 +126,9 @@ GENERATIONS = [
     # just computed arrive), 2-rank all_reduce from 64 to 256 KiB ran rabenseifner or direct at 1.9-2.1 times
     # recursive doubling's time. Two cold sweeps (algos-s24-shm, -shm2) and two hot ones (ROTATE=0:
     # algos-s24-shm-hot, -hot2) of commit 45371c5 on the twenty-second to twenty-fourth sessions' host (copy
-    # probe 12.9 GB/s): the geometric mean over the four chooses for both temperatures.
+    # probe 12.9 GB/s): the geometric mean over the four chooses for both temperatures. The checks that timed
+    # these tables (algos-s24-shm-check, cold; algos-s24-shm-hot-check, hot): auto beyond 10% at 41 and 50 of
+    # 564 sizes (53, 48 and 66, 67 with the old tables), beyond 25% at 11 and 14. They did not join.
     ["docs/data/algos-s24-shm", "docs/data/algos-s24-shm2", "docs/data/algos-s24-shm-hot", "docs/data/algos-s24-shm-hot2"],
 ]
 
