@@ -130,6 +130,13 @@ GENERATIONS = [
     # these tables (algos-s24-shm-check, cold; algos-s24-shm-hot-check, hot): auto beyond 10% at 41 and 50 of
     # 564 sizes (53, 48 and 66, 67 with the old tables), beyond 25% at 11 and 14. They did not join.
     ["docs/data/algos-s24-shm", "docs/data/algos-s24-shm2", "docs/data/algos-s24-shm-hot", "docs/data/algos-s24-shm-hot2"],
+    # tcp on the earlier host's kind, cold and hot (twenty-fifth session). The tcp generation above timed cold
+    # buffers only. A hot sweep of 4-rank all_reduce (--rotate 0, as compare.sh's peers time) found the tables'
+    # ring at 512 KiB 1.31-1.51 times rabenseifner's time, and 4-rank broadcast within 10% at 15 of 24 sizes.
+    # The three cold runs of that generation (the tcp transport has changed since only by CHORUS_TCP_SPIN, whose
+    # default is the old behaviour) and two hot sweeps of commit d55f8ab (ROTATE=0: algos-s25-tcp-hot, -hot2).
+    ["docs/data/algos-s23-tcp", "docs/data/algos-s23-tcp2", "docs/data/algos-s23-tcp-check",
+     "docs/data/algos-s25-tcp-hot", "docs/data/algos-s25-tcp-hot2"],
 ]
 
 
