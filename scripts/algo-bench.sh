@@ -7,7 +7,8 @@
 # --rotate 1), so data that would fit in the caches arrives cold; ROTATE=0: the same buffers every call, hot in
 # the caches, as MPI benchmarks (and compare.sh's peers) time them and as data just produced by computation
 # arrives. Below the caches' size the two can order the algorithms differently (docs/algorithms.md, "Hot and
-# cold buffers"); the built-in shm tables of the earlier host's kind are fitted to both, the others to cold runs.
+# cold buffers"); the built-in shm and tcp tables of the earlier host's kind are fitted to both, the other kind's
+# shm tables to cold runs.
 # Beside each table, chorus-perf's --json of its two runs (.small.json, .large.json) keeps each row's stolen
 # CPU time (stolen_share; null where a row could not be judged), which scripts/algo-summary.py --stolen reads.
 # A row timed while 5% or more of the host's CPU time was stolen is timed again, up to RETRY_STOLEN (default 3)
