@@ -136,8 +136,8 @@ GENERATIONS = [
     # The three cold runs of that generation (the tcp transport has changed since only by CHORUS_TCP_SPIN, whose
     # default is the old behaviour) and two hot sweeps of commit d55f8ab (ROTATE=0: algos-s25-tcp-hot, -hot2).
     # The checks that timed these tables (algos-s25-tcp-check, cold; algos-s25-tcp-hot-check, hot): auto beyond
-    # 10% at 33 and 51 of 564 sizes (80, 83, 51 cold and 41, 44 hot with the tables before), beyond 25% at 6
-    # and 11 (27, 34, 15 and 16, 15). Held out in turn over all seven runs: 6.9% and 1.5% (the generation
+    # 10% at 33 and 51 of 564 sizes (the runs before, each with the tables of its time: 80, 83, 51 cold and 41,
+    # 44 hot), beyond 25% at 6 and 11 (27, 34, 15 and 16, 15). Held out in turn over all seven runs: 6.9% and 1.5% (the generation
     # before, over its three: 9.1-9.2% and 2.6-2.8%). They did not join.
     ["docs/data/algos-s23-tcp", "docs/data/algos-s23-tcp2", "docs/data/algos-s23-tcp-check",
      "docs/data/algos-s25-tcp-hot", "docs/data/algos-s25-tcp-hot2"],
