@@ -9,6 +9,8 @@
 #   - the memory-bandwidth probe (../shared/peers/membw.c)          -> docs/data/bench/membw.txt
 #   - the floor of a 2-rank all_reduce (bench/allreduce_floor.cc)   -> docs/data/bench/floor.txt
 #   - peak resident memory of `chorus-perf allreduce -b 64M -e 64M`  -> docs/data/bench/rss.txt
+#   - after the tcp rows: what iperf3 moves over loopback, and the tcp all_reduce rows from 1 MiB beside the
+#     bound it sets (scripts/loopback-probe.py)                     -> docs/data/bench/loopback.txt
 #   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
 #     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md, and the
 #     same tables into docs/performance.md (between its bench:begin and bench:end markers)
@@ -18,8 +20,8 @@
 # --registered 1: chorus-perf's buffers come from chorus::mem_alloc (-R 1: local peers read them in place; the
 # peers' buffers stay plain heap memory), into compare-...-<t>-registered.txt; plot-bench.py leaves these out of
 # the generated tables.
-# --no-probes: leaves membw.txt, floor.txt and rss.txt as they are (to time some rows again after a full run,
-# whose probes describe the same hour as its tables).
+# --no-probes: leaves membw.txt, floor.txt, rss.txt and loopback.txt as they are (to time some rows again after
+# a full run, whose probes describe the same hour as its tables).
 # --repeat R, --min, --max: every comparison R times (round by round: each round visits every row once), over
 # sizes MIN to MAX bytes (compare.sh's -b and -e; default 8 B to 64 MiB), into
 # docs/data/bench/repeat/compare-<coll>-<n>ranks-<t>[-fromMIN][-toMAX].<i>.txt, and per row the medians over
@@ -44,7 +46,7 @@ while [[ $# -gt 0 ]]; do
     --quick) COLLS=allreduce RANKS=2; shift ;;
     --no-probes) PROBES=0; shift ;;
     --repeat) REPEAT=$2; shift 2 ;; --min) MIN=$2; shift 2 ;; --max) MAX=$2; shift 2 ;;
-    *) sed -n '2,34p' "$0"; exit 2 ;;
+    *) sed -n '2,36p' "$0"; exit 2 ;;
   esac
 done
 # Repeated or partial rows leave the probes' files alone: those describe the hour of the last full run's tables.
@@ -163,6 +165,13 @@ else
   for ((i = 1; i <= REPEAT; i++)); do each_row repeated_row "$i"; done
   each_row medians
   exit 0
+fi
+
+if [[ $PROBES == 1 && " $TRANSPORTS " == *" tcp "* ]]; then
+  echo "== loopback: what iperf3 moves, and the tcp all_reduce rows beside the bound it sets"
+  shopt -s nullglob
+  python3 scripts/loopback-probe.py "$OUT"/compare-allreduce-*ranks-tcp$SUFFIX.txt | tee "$OUT/loopback.txt"
+  shopt -u nullglob
 fi
 
 PY=python3; $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
