@@ -100,7 +100,8 @@ TEST(TuningFile, FiguresChangeTheAutomaticChoice) {
   std::remove(bandwidth_bound.c_str());
 }
 
-// A measured table decides within its sizes, at its world size only; outside them the formula decides.
+// A measured table decides within its sizes, at its world size only; past its ends its order carries on,
+// scaled by the formula; at other world sizes the formula decides.
 TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
   // Figures under which the formula prefers binomial for broadcast (costly messages); measurements say the
   // chain is faster from 1 KiB to 1 MiB.
@@ -108,20 +109,23 @@ TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
   write_file(path, R"({"chorus_tuning": 1, "transports": {"inproc": [{"world_size": 8, "alpha_us": 1000,
       "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {
         "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]]},
-        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]}}}]}})");
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.004], [1048576, 0.04]]}}}]}})");
   ::setenv("CHORUS_TUNING_FILE", path.c_str(), 1);
-  std::string inside, below, other_size;
+  std::string inside, below, above, other_size;
   run_world(8, CommOptions{}, [&](Communicator& comm) {
     if (comm.rank() != 0) return;
     inside = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);  // 256 KiB: measured
-    below = comm.automatic_algorithm("broadcast", 16, DataType::Float32);        // 64 B: not measured
+    below = comm.automatic_algorithm("broadcast", 16, DataType::Float32);        // 64 B: below the table
+    above = comm.automatic_algorithm("broadcast", 1 << 22, DataType::Float32);   // 16 MiB: above it
   });
   run_world(7, CommOptions{}, [&](Communicator& comm) {
     if (comm.rank() == 0) other_size = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
   });
   ::unsetenv("CHORUS_TUNING_FILE");
   EXPECT_EQ(inside, "chain");
-  EXPECT_EQ(below, "binomial");
+  EXPECT_EQ(below, "chain");
+  EXPECT_EQ(above, "chain");
   EXPECT_EQ(other_size, "binomial");  // measured at 8 ranks: not used at 7
   std::remove(path.c_str());
 
@@ -139,6 +143,51 @@ TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
                Error);
 }
 
+// Past either end of a measured table the estimate is the time measured at that end, scaled by how the formula
+// (with its corrections) grows from there: continuous at the ends, and the measured order carries on.
+TEST(TuningFile, PastTheMeasuredSizesTheEndsTimeIsScaledByTheFormula) {
+  const algo::Algorithm* chain = algo::find_algorithm(algo::Collective::Broadcast, "chain");
+  const algo::Algorithm* binomial = algo::find_algorithm(algo::Collective::Broadcast, "binomial");
+  ASSERT_NE(chain, nullptr);
+  ASSERT_NE(binomial, nullptr);
+  algo::LinkModel link;  // the defaults: 20 us per message, 0.4 ns per byte
+  auto shape = [](size_t bytes) {
+    algo::CallShape s;
+    s.coll = algo::Collective::Broadcast;
+    s.size = 8;
+    s.esize = 4;
+    s.count = bytes / 4;
+    return s;
+  };
+  algo::Calibration cal;
+  cal.corrections = {{1024, 1.5}, {1 << 20, 0.5}};
+  cal.measured = {{1024, 1e-3}, {1 << 20, 1e-2}};
+  for (const algo::Algorithm* a : {chain, binomial}) {
+    const double formula_small = algo::formula_estimate(*a, shape(1024), link, cal);
+    const double formula_large = algo::formula_estimate(*a, shape(1 << 20), link, cal);
+    // Inside: the measurement. At the ends: the measurement (continuous).
+    EXPECT_NEAR(algo::estimate(*a, shape(1 << 10), link, cal), 1e-3, 1e-12) << a->name;
+    EXPECT_NEAR(algo::estimate(*a, shape(1 << 20), link, cal), 1e-2, 1e-12) << a->name;
+    // Above: 1 MiB's time times the formula's growth from 1 MiB.
+    for (size_t bytes : {size_t{2} << 20, size_t{64} << 20}) {
+      const double want = 1e-2 * algo::formula_estimate(*a, shape(bytes), link, cal) / formula_large;
+      EXPECT_NEAR(algo::estimate(*a, shape(bytes), link, cal), want, want * 1e-9) << a->name << " " << bytes;
+      EXPECT_GT(want, 1e-2) << a->name;
+    }
+    // Below: 1 KiB's time times the formula's shrinking to 16 B.
+    const double want = 1e-3 * algo::formula_estimate(*a, shape(16), link, cal) / formula_small;
+    EXPECT_NEAR(algo::estimate(*a, shape(16), link, cal), want, want * 1e-9) << a->name;
+    EXPECT_LT(want, 1e-3) << a->name;
+  }
+  // Without a measured table: the formula with its corrections.
+  algo::Calibration bare;
+  bare.corrections = cal.corrections;
+  EXPECT_DOUBLE_EQ(algo::estimate(*chain, shape(64 << 20), link, bare),
+                   algo::formula_estimate(*chain, shape(64 << 20), link, bare));
+  // A call of no bytes has no size to scale by: the formula.
+  EXPECT_DOUBLE_EQ(algo::estimate(*chain, shape(0), link, cal), algo::formula_estimate(*chain, shape(0), link, cal));
+}
+
 // Between two measured world sizes, the tables of both are interpolated in log(time) against log(world size);
 // below the smallest or above the largest nothing is extrapolated, and an algorithm measured at only one of
 // the two keeps the formula.
@@ -151,7 +200,7 @@ TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
        "algorithms": {
         "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-5], [1048576, 1e-4]]},
         "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 2e-5], [1048576, 2e-4]]},
-        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-6]]}}},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 1e-3]]}}},
       {"world_size": 8, "alpha_us": 1000, "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1,
        "algorithms": {
         "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 4e-5], [1048576, 4e-4]]},
@@ -186,7 +235,8 @@ TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
   }
 
   // And a communicator uses them: 6 ranks choose the chain at 256 KiB, where 4 ranks measured binomial faster
-  // and the formula alone prefers binomial too; 9 ranks (beyond the tables) follow the formula.
+  // and the formula alone prefers binomial too, and at 64 B, below the interpolated tables, whose order at 1 KiB
+  // carries on; 9 ranks (beyond the tables' world sizes) follow the formula.
   std::string path = temp_path("interpolated");
   write_file(path, text);
   ScopedEnv file("CHORUS_TUNING_FILE", path);
@@ -197,14 +247,14 @@ TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
   run_world(6, CommOptions{}, [&](Communicator& comm) {
     if (comm.rank() != 0) return;
     at6 = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
-    at6_small = comm.automatic_algorithm("broadcast", 16, DataType::Float32);  // 64 B: not measured
+    at6_small = comm.automatic_algorithm("broadcast", 16, DataType::Float32);  // 64 B: below the tables
   });
   run_world(9, CommOptions{}, [&](Communicator& comm) {
     if (comm.rank() == 0) at9 = comm.automatic_algorithm("broadcast", 1 << 16, DataType::Float32);
   });
   EXPECT_EQ(at4, "binomial");
   EXPECT_EQ(at6, "chain");
-  EXPECT_EQ(at6_small, "binomial");
+  EXPECT_EQ(at6_small, "chain");
   EXPECT_EQ(at9, "binomial");
   std::remove(path.c_str());
 }

@@ -3,6 +3,8 @@
 // by the cost model) maps a call to one entry.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -71,10 +73,10 @@ struct Cost {
 // `measured` holds times measured back to back, as applications call collectives (chorus-perf --algos, through
 // scripts/algo-bench.sh and scripts/fit-measured.py), at exactly this entry's world size and transport:
 // (bytes, seconds), ascending. Within its range the estimate is the measurement, interpolated linearly in
-// log(bytes) and log(time); outside it, the formula with its corrections. Probes cannot see everything such
-// a measurement sees (on an oversubscribed host, which ranks finish early and take a core from the ranks still
-// sending), so where both exist the measurement wins. Core drops it when the world size or the transport differ
-// from the measurement's.
+// log(bytes) and log(time); outside it, the time at the nearer end scaled by the formula (estimate() below).
+// Probes cannot see everything such a measurement sees (on an oversubscribed host, which ranks finish early
+// and take a core from the ranks still sending), so where both exist the measurement wins. Core drops it when
+// the world size or the transport differ from the measurement's.
 struct Calibration {
   double latency = 1;
   double bandwidth = 1;
@@ -110,15 +112,32 @@ const Algorithm* find_algorithm(Collective c, std::string_view name) noexcept;
 // "ring, tree, recursive_doubling, ..." for error messages.
 std::string algorithm_names(Collective c);
 
-// One algorithm's estimated time in seconds for the call.
-inline double estimate(const Algorithm& a, const CallShape& s, const LinkModel& link, const Calibration& cal) {
-  if (!cal.measured.empty()) {
-    double m = cal.measured_time(static_cast<double>(s.bytes()));
-    if (m >= 0) return m;
-  }
+// One algorithm's estimated time in seconds for the call from the formula and its corrections alone.
+inline double formula_estimate(const Algorithm& a, const CallShape& s, const LinkModel& link, const Calibration& cal) {
   Cost c = a.cost(s, link);
   double t = c.latency * cal.latency + c.bandwidth * cal.bandwidth;
   return cal.corrections.empty() ? t : t * cal.correction(static_cast<double>(s.bytes()));
+}
+
+// One algorithm's estimated time in seconds for the call. Within the measured range, the measurement. Beyond
+// either end of it, the measured time at that end scaled by how the formula grows from there, so the order
+// the measurements put the algorithms in at the end carries on past it rather than jumping to the order of
+// the probes' figures (which time other things: docs/algorithms.md, "Past the measured sizes").
+inline double estimate(const Algorithm& a, const CallShape& s, const LinkModel& link, const Calibration& cal) {
+  if (!cal.measured.empty()) {
+    const double bytes = static_cast<double>(s.bytes());
+    double m = cal.measured_time(bytes);
+    if (m >= 0) return m;
+    if (bytes > 0 && s.count > 0) {
+      const auto& edge = bytes > cal.measured.back().first ? cal.measured.back() : cal.measured.front();
+      CallShape at = s;  // the same call at the edge's size (bytes are proportional to count)
+      at.count =
+          std::max<size_t>(1, static_cast<size_t>(std::llround(static_cast<double>(s.count) * edge.first / bytes)));
+      const double there = formula_estimate(a, at, link, cal), here = formula_estimate(a, s, link, cal);
+      if (there > 0 && here > 0) return edge.second * here / there;
+    }
+  }
+  return formula_estimate(a, s, link, cal);
 }
 
 // The cheapest algorithm of `s.coll` for this call. `calibration` (one entry per algorithm, in
