@@ -12,6 +12,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_file import write_tables  # noqa: E402
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "compare-median.py")
 PEERS = ["mpich-shm", "ompi-shm"]
 SIZES = [8, 16, 1024, 1 << 20]
@@ -21,17 +24,7 @@ def write_run(path, times, note):
     """times: {impl: {size: us}}, as compare.sh prints them (one table per implementation, then the ratios)."""
     with open(path, "w") as f:
         f.write(f"# {note} ../shared/peers/compare.sh -n 2 -t shm -c allreduce\n")
-        for impl in ["chorus-shm"] + PEERS:
-            f.write(f"## {impl}  (allreduce, 2 ranks)\n")
-            f.write("        size      time_us      algbw      busbw   #wrong\n")
-            for s in SIZES:
-                f.write(f"{s:12d} {times[impl][s]:12.2f} {s / times[impl][s] / 1e3:10.3f} 0.000 0\n")
-        f.write("## chorus time / best peer time  (< 1: chorus faster)\n")
-        f.write("        size    chorus_us best_peer_us best_peer       ratio\n")
-        for s in SIZES:
-            best = min(PEERS, key=lambda p: times[p][s])
-            c, b = times["chorus-shm"][s], times[best][s]
-            f.write(f"{s:12d} {c:12.2f} {b:12.2f} {best:<12s} {c / b:8.3f}\n")
+        write_tables(f, "allreduce", 2, "chorus-shm", PEERS, SIZES, times)
         f.write("# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: 0.0% of 9 ticks\n")
         f.write("# cache-line round trip before: cpus 0,1: round trip min 50 ns\n")
 

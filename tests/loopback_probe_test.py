@@ -14,6 +14,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_file import write_tables  # noqa: E402
+
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "loopback-probe.py")
 PEERS = ["gloo-tcp", "ompi-tcp"]
 SIZES = [65536, 1 << 20, 4 << 20, 64 << 20]
@@ -22,17 +25,7 @@ SIZES = [65536, 1 << 20, 4 << 20, 64 << 20]
 def write_run(path, coll, ranks, times):
     with open(path, "w") as f:
         f.write(f"# Thu Dec  3 ../shared/peers/compare.sh -n {ranks} -t tcp -c {coll}  (chorus-perf ...)\n")
-        for impl in ["chorus-tcp"] + PEERS:
-            f.write(f"## {impl}  ({coll}, {ranks} ranks)\n")
-            f.write("        size      time_us      algbw      busbw   #wrong\n")
-            for s in SIZES:
-                f.write(f"{s:12d} {times[impl][s]:12.2f} 1.000 1.000 0\n")
-        f.write("## chorus time / best peer time  (< 1: chorus faster)\n")
-        f.write("        size    chorus_us best_peer_us best_peer       ratio\n")
-        for s in SIZES:
-            best = min(PEERS, key=lambda p: times[p][s])
-            c, b = times["chorus-tcp"][s], times[best][s]
-            f.write(f"{s:12d} {c:12.2f} {b:12.2f} {best:<12s} {c / b:8.3f}\n")
+        write_tables(f, coll, ranks, "chorus-tcp", PEERS, SIZES, times)
 
 
 def table_rows(out, ranks):
