@@ -172,7 +172,7 @@ if [[ $PROBES == 1 && " $TRANSPORTS " == *" tcp "* ]]; then
   shopt -s nullglob
   # A failed probe (no iperf3 to be had, say) leaves the tables and plots below to be made all the same.
   python3 scripts/loopback-probe.py "$OUT"/compare-allreduce-*ranks-tcp$SUFFIX.txt | tee "$OUT/loopback.txt" ||
-    echo "loopback probe failed: see $OUT/loopback.txt"
+    echo "loopback probe failed (its error is above); the tables and plots follow"
   shopt -u nullglob
 fi
 
