@@ -6,7 +6,7 @@
 
 Runs an iperf3 server on 127.0.0.1 and times six clients against it, each R times for S seconds (medians):
 one stream with the system's congestion control, then with reno (as Chorus's same-host connections use,
-docs/performance.md "Same-host tcp connections use reno"; bbr moves a third as much over loopback here): one
+docs/performance.md "Same-host tcp connections use reno"; bbr moves a quarter as much over loopback here): one
 stream, one with 1 MiB writes, four streams (-P 4), one each way (--bidir), two each way. Every byte that
 crosses loopback is copied twice by the kernel (into the socket buffer on the sending side, out of it on the
 receiving side), so on a host with few cores the total over all streams is bound by CPU time rather than by
@@ -35,9 +35,9 @@ import time
 
 from benchfiles import human, parse
 
-CONFIGS = (("1 stream, system cc", []), ("1 stream", ["-C", "reno"]), ("1 stream, 1 MiB writes", ["-C", "reno", "-l", "1M"]),
-           ("4 streams", ["-C", "reno", "-P", "4"]), ("1 stream each way", ["-C", "reno", "--bidir"]),
-           ("2 streams each way", ["-C", "reno", "--bidir", "-P", "2"]))
+CONFIGS = (("1 stream, system cc", []), ("1 stream", ["-C", "reno"]),
+           ("1 stream, 1 MiB writes", ["-C", "reno", "-l", "1M"]), ("4 streams", ["-C", "reno", "-P", "4"]),
+           ("1 stream each way", ["-C", "reno", "--bidir"]), ("2 streams each way", ["-C", "reno", "--bidir", "-P", "2"]))
 
 
 def ensure_iperf3():
