@@ -670,6 +670,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, ChorusPerfForced,
                                            ForcedCase{"reducescatter", "-a", "pairwise"},        //
                                            ForcedCase{"broadcast", "--algo", "chain"},           //
                                            ForcedCase{"reduce", "-a", "reduce_scatter_gather"},  //
+                                           ForcedCase{"reduce", "-a", "linear"},                 //
                                            ForcedCase{"alltoall", "-a", "bruck"}),
                          ::testing::PrintToStringParamName());
 

@@ -40,7 +40,7 @@ const std::vector<Family>& families() {
       {"reducescatter", "pairwise"}, {"broadcast", "binomial"},      {"broadcast", "scatter_allgather"},
       {"broadcast", "chain"},       {"reduce", "binomial"},          {"reduce", "reduce_scatter_gather"},
       {"alltoall", "pairwise"},     {"alltoall", "bruck"},           {"gather", "linear"},
-      {"scatter", "linear"},        {"barrier", "dissemination"},
+      {"scatter", "linear"},        {"barrier", "dissemination"}, {"reduce", "linear"},
   };
   return f;
 }

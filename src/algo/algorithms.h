@@ -57,6 +57,7 @@ void broadcast_chain(OpContext& c, const void* send, void* recv, size_t count, i
 
 // ---- reduce ----
 void reduce_binomial(OpContext& c, const void* send, void* recv, size_t count, int root);
+void reduce_linear(OpContext& c, const void* send, void* recv, size_t count, int root);  // linear.cc
 // composite.cc: ring reduce-scatter then gather to the root, in chunks of N slices.
 void reduce_reduce_scatter_gather(OpContext& c, const void* send, void* recv, size_t count, int root);
 

@@ -165,6 +165,9 @@ Traffic gather_linear_traffic(const CallShape& s) {
   return s.rank == s.root ? Traffic{0, (s.size - 1) * b} : Traffic{b, 0};
 }
 
+// Reduce's K is the whole input, as gather's block: the root receives N-1 of them, the others send one.
+Traffic reduce_linear_traffic(const CallShape& s) { return gather_linear_traffic(s); }
+
 Traffic scatter_linear_traffic(const CallShape& s) {
   Traffic g = gather_linear_traffic(s);
   return {g.received, g.sent};
@@ -388,6 +391,12 @@ Cost reduce_reduce_scatter_gather_cost(const CallShape& s, const LinkModel& l) {
   return model(l, 2 * (n - 1) * chunks, 4 * (n - 1) * chunks, 2 * (n - 1) / n * k, (n - 1) / n * k);
 }
 
+Cost reduce_linear_cost(const CallShape& s, const LinkModel& l) {
+  // One hop, pipelined in slices; the root receives and reduces (N-1) x K.
+  double n = s.size, k = s.bytes(), S = slices(k, s.slice_bytes);
+  return model(l, S, (n - 1) * S, (n - 1) * k, (n - 1) * k);
+}
+
 Cost all_to_all_pairwise_cost(const CallShape& s, const LinkModel& l) {
   double n = s.size, k = s.bytes(), S = slices(k / n, s.slice_bytes);
   return model(l, n - 1, 2 * (n - 1) * S, (n - 1) / n * k, 0);
@@ -443,6 +452,7 @@ void run_bcast_chain(OpContext& c, const void* s, void* r, size_t n, int root) {
 void run_reduce_binomial(OpContext& c, const void* s, void* r, size_t n, int root) {
   reduce_binomial(c, s, r, n, root);
 }
+void run_reduce_linear(OpContext& c, const void* s, void* r, size_t n, int root) { reduce_linear(c, s, r, n, root); }
 void run_reduce_rsg(OpContext& c, const void* s, void* r, size_t n, int root) {
   reduce_reduce_scatter_gather(c, s, r, n, root);
 }
@@ -499,6 +509,7 @@ const Algorithm kReduce[] = {
     {C::Reduce, "binomial", AlgoId::Binomial, run_reduce_binomial, reduce_binomial_traffic, reduce_binomial_cost},
     {C::Reduce, "reduce_scatter_gather", AlgoId::ReduceScatterGather, run_reduce_rsg,
      reduce_reduce_scatter_gather_traffic, reduce_reduce_scatter_gather_cost},
+    {C::Reduce, "linear", AlgoId::Linear, run_reduce_linear, reduce_linear_traffic, reduce_linear_cost},
 };
 const Algorithm kAllToAll[] = {
     {C::AllToAll, "pairwise", AlgoId::Pairwise, run_a2a_pairwise, all_to_all_pairwise_traffic,
