@@ -188,6 +188,56 @@ TEST(TuningFile, PastTheMeasuredSizesTheEndsTimeIsScaledByTheFormula) {
   EXPECT_DOUBLE_EQ(algo::estimate(*chain, shape(0), link, cal), algo::formula_estimate(*chain, shape(0), link, cal));
 }
 
+// An algorithm the calibration says nothing about (newer than the tuning file, or than the host kind's tables)
+// is estimated at its bare formula times the best calibrated algorithm's estimate / bare formula: it wins where
+// its formula beats that algorithm's formula, not because a bare formula undercuts measured times.
+TEST(TuningFile, AnAlgorithmWithoutFiguresIsScaledLikeTheBestCalibratedOne) {
+  const auto algos = algo::algorithms_for(algo::Collective::Reduce);
+  auto index = [&](const char* name) {
+    const algo::Algorithm* a = algo::find_algorithm(algo::Collective::Reduce, name);
+    EXPECT_NE(a, nullptr) << name;
+    return static_cast<size_t>(a - algos.data());
+  };
+  const size_t binomial = index("binomial"), rsg = index("reduce_scatter_gather"), linear = index("linear");
+  algo::LinkModel link;  // the defaults: 20 us per message, 0.4 ns per byte
+  auto shape = [](size_t bytes) {
+    algo::CallShape s;
+    s.coll = algo::Collective::Reduce;
+    s.size = 4;
+    s.esize = 4;
+    s.count = bytes / 4;
+    return s;
+  };
+  auto bare = [&](size_t i, const algo::CallShape& s) {
+    return algo::formula_estimate(algos[i], s, link, algo::Calibration{});
+  };
+  // Measured times far above every formula: with bare formulas beside them, linear would win everywhere.
+  std::vector<algo::Calibration> cal(algos.size());
+  cal[binomial].measured = {{8, 1e-3}, {double{64 << 20}, 10.0}};
+  cal[rsg].measured = {{8, 2e-3}, {double{64 << 20}, 5.0}};
+  int linear_chosen = 0;
+  for (size_t bytes : {size_t{8}, size_t{4096}, size_t{1} << 20, size_t{64} << 20}) {
+    const algo::CallShape s = shape(bytes);
+    double est[16];
+    const algo::Algorithm& chosen = algo::choose_algorithm(s, link, cal.data(), est);
+    EXPECT_DOUBLE_EQ(est[binomial], algo::estimate(algos[binomial], s, link, cal[binomial])) << bytes;
+    EXPECT_DOUBLE_EQ(est[rsg], algo::estimate(algos[rsg], s, link, cal[rsg])) << bytes;
+    const size_t best = est[binomial] <= est[rsg] ? binomial : rsg;
+    const double want = bare(linear, s) * est[best] / bare(best, s);
+    EXPECT_NEAR(est[linear], want, want * 1e-12) << bytes;
+    EXPECT_LT(bare(linear, s), est[best]) << bytes;  // the bare formula alone would have won
+    const bool formula_wins = bare(linear, s) < bare(best, s);
+    EXPECT_EQ(&chosen == &algos[linear], formula_wins) << bytes;
+    linear_chosen += formula_wins;
+  }
+  EXPECT_GT(linear_chosen, 0);  // one hop for small messages
+  EXPECT_LT(linear_chosen, 4);  // N-1 inputs into the root for large ones
+  // Without a calibration: the bare formulas.
+  double est[16];
+  algo::choose_algorithm(shape(4096), link, nullptr, est);
+  for (size_t i = 0; i < algos.size(); ++i) EXPECT_DOUBLE_EQ(est[i], bare(i, shape(4096))) << algos[i].name;
+}
+
 // Between two measured world sizes, the tables of both are interpolated in log(time) against log(world size);
 // below the smallest or above the largest nothing is extrapolated, and an algorithm measured at only one of
 // the two keeps the formula.

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "algo/algorithms.h"
@@ -626,24 +627,41 @@ std::string algorithm_names(Collective c) {
   return out;
 }
 
+bool calibrated(const Calibration& c) {
+  return !c.measured.empty() || !c.corrections.empty() || c.latency != 1 || c.bandwidth != 1;
+}
+
 const Algorithm& choose_algorithm(const CallShape& s, const LinkModel& link, const Calibration* calibration,
                                   double* estimates) {
   auto algos = algorithms_for(s.coll);
-  const Algorithm* best = &algos[0];
-  double best_t = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < algos.size(); ++i) {
+  double t[16];
+  const size_t n = std::min(algos.size(), std::size(t));
+  // First the algorithms the calibration speaks for, then the others at the fastest of those's ratio of
+  // estimate to bare formula: a raw formula is no match for a measured time (it leaves out most of what a
+  // real call costs), so an algorithm without figures (one newer than the tuning file, or than the host
+  // kind's tables) wins only where its formula beats the best calibrated algorithm's formula.
+  int best_calibrated = -1;
+  for (size_t i = 0; i < n; ++i) {
+    t[i] = -1;
     if (algos[i].applicable && !algos[i].applicable(s)) {
-      if (estimates) estimates[i] = std::numeric_limits<double>::infinity();
-      continue;
-    }
-    double t = estimate(algos[i], s, link, calibration ? calibration[i] : Calibration{});
-    if (estimates) estimates[i] = t;
-    if (t < best_t) {
-      best_t = t;
-      best = &algos[i];
+      t[i] = std::numeric_limits<double>::infinity();
+    } else if (calibration && calibrated(calibration[i])) {
+      t[i] = estimate(algos[i], s, link, calibration[i]);
+      if (best_calibrated < 0 || t[i] < t[best_calibrated]) best_calibrated = static_cast<int>(i);
     }
   }
-  return *best;
+  double scale = 1;
+  if (best_calibrated >= 0) {
+    const double bare = formula_estimate(algos[best_calibrated], s, link, Calibration{});
+    if (bare > 0 && t[best_calibrated] > 0) scale = t[best_calibrated] / bare;
+  }
+  size_t best = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (t[i] < 0) t[i] = formula_estimate(algos[i], s, link, Calibration{}) * scale;
+    if (estimates) estimates[i] = t[i];
+    if (t[i] < t[best]) best = i;
+  }
+  return algos[best];
 }
 
 }  // namespace chorus::algo

@@ -141,8 +141,11 @@ inline double estimate(const Algorithm& a, const CallShape& s, const LinkModel& 
 }
 
 // The cheapest algorithm of `s.coll` for this call. `calibration` (one entry per algorithm, in
-// algorithms_for() order) may be null for the bare formulas. `estimates`, when not null, receives each
-// algorithm's estimate in algorithms_for() order.
+// algorithms_for() order) may be null for the bare formulas. An algorithm whose calibration is empty (no
+// measured table, corrections or factors) while another's is not is estimated at its bare formula times the
+// best calibrated algorithm's estimate / bare formula: it wins where its formula beats that one's, never only
+// because a bare formula undercuts measured times. `estimates`, when not null, receives each algorithm's
+// estimate in algorithms_for() order.
 const Algorithm& choose_algorithm(const CallShape& s, const LinkModel& link, const Calibration* calibration,
                                   double* estimates = nullptr);
 
