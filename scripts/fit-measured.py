@@ -141,6 +141,14 @@ GENERATIONS = [
     # before, over its three: 9.1-9.2% and 2.6-2.8%). They did not join.
     ["docs/data/algos-s23-tcp", "docs/data/algos-s23-tcp2", "docs/data/algos-s23-tcp-check",
      "docs/data/algos-s25-tcp-hot", "docs/data/algos-s25-tcp-hot2"],
+    # reduce, tcp and shm, after the linear reduce joined (twenty-seventh session): every other rank sends its
+    # input straight to the root, one hop. The older tables have no column for it, and beside their measured
+    # times its bare formula won where it was 1.4-2 times slower (3-rank tcp at 32-64 MiB); forced, it took
+    # 0.5-0.7 of binomial's time at 4 and 8 ranks up to 16 KiB. Two cold and two hot sweeps of reduce alone
+    # per transport (commit of the linear reduce, on the twenty-second to twenty-sixth sessions' host).
+    ["docs/data/algos-s27-reduce-tcp", "docs/data/algos-s27-reduce-tcp-hot", "docs/data/algos-s27-reduce-tcp-2",
+     "docs/data/algos-s27-reduce-tcp-hot2", "docs/data/algos-s27-reduce-shm", "docs/data/algos-s27-reduce-shm-hot",
+     "docs/data/algos-s27-reduce-shm-2", "docs/data/algos-s27-reduce-shm-hot2"],
 ]
 
 
