@@ -16,9 +16,14 @@
 # rows wherever the hypervisor allowed one, at the cost of a longer sweep in a noisy hour. RETRY_STOLEN=0: never.
 # A table with more than a quarter of its rows still stolen is timed again after the sweep, and each row keeps
 # the quieter of its two runs (scripts/algo-merge.py; LATER=0: never).
+# AVERAGE (default 1): the time reported across ranks, as chorus-perf --average: 1 their mean, 3 the slowest
+# rank's, as compare.sh times Chorus and the peers. A rooted collective's ranks finish apart (a linear reduce's
+# leaves hand their input to the sockets and leave; the root still reduces), and over a few calls the mean
+# hides what the root waits for: the reduce tables are timed with AVERAGE=3 (docs/algorithms.md, "A linear
+# reduce, and algorithms without figures").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3} ROTATE=${ROTATE:-1}
+T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3} ROTATE=${ROTATE:-1} AVERAGE=${AVERAGE:-1}
 OUT=${OUT:-docs/data}
 mkdir -p "$OUT"
 
@@ -27,9 +32,9 @@ table() {
   local out=$1 c=$2 n=$3
   # Small sizes take microseconds: many iterations per round; large ones: ITERS.
   { CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \
-      --algos all -n 200 --repeats 7 -w 5 -c 1 --rotate "$ROTATE" --retry-stolen "$RETRY" --json "${out%.txt}.small.json" &&
+      --algos all -n 200 --repeats 7 -w 5 -c 1 --rotate "$ROTATE" --average "$AVERAGE" --retry-stolen "$RETRY" --json "${out%.txt}.small.json" &&
     CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 64K -e 64M -f 2 \
-      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --rotate "$ROTATE" --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
+      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --rotate "$ROTATE" --average "$AVERAGE" --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
     grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
 }
 
