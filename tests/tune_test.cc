@@ -143,6 +143,16 @@ TEST(TuningFile, MeasuredTimesDecideWhereTheyExist) {
                Error);
 }
 
+// A call of `bytes` bytes of float32 on `size` ranks, for the cost model's estimates.
+algo::CallShape float_call(algo::Collective coll, int size, size_t bytes) {
+  algo::CallShape s;
+  s.coll = coll;
+  s.size = size;
+  s.esize = 4;
+  s.count = bytes / 4;
+  return s;
+}
+
 // Past either end of a measured table the estimate is the time measured at that end, scaled by how the formula
 // (with its corrections) grows from there: continuous at the ends, and the measured order carries on.
 TEST(TuningFile, PastTheMeasuredSizesTheEndsTimeIsScaledByTheFormula) {
@@ -151,14 +161,7 @@ TEST(TuningFile, PastTheMeasuredSizesTheEndsTimeIsScaledByTheFormula) {
   ASSERT_NE(chain, nullptr);
   ASSERT_NE(binomial, nullptr);
   algo::LinkModel link;  // the defaults: 20 us per message, 0.4 ns per byte
-  auto shape = [](size_t bytes) {
-    algo::CallShape s;
-    s.coll = algo::Collective::Broadcast;
-    s.size = 8;
-    s.esize = 4;
-    s.count = bytes / 4;
-    return s;
-  };
+  auto shape = [](size_t bytes) { return float_call(algo::Collective::Broadcast, 8, bytes); };
   algo::Calibration cal;
   cal.corrections = {{1024, 1.5}, {1 << 20, 0.5}};
   cal.measured = {{1024, 1e-3}, {1 << 20, 1e-2}};
@@ -200,14 +203,7 @@ TEST(TuningFile, AnAlgorithmWithoutFiguresIsScaledLikeTheBestCalibratedOne) {
   };
   const size_t binomial = index("binomial"), rsg = index("reduce_scatter_gather"), linear = index("linear");
   algo::LinkModel link;  // the defaults: 20 us per message, 0.4 ns per byte
-  auto shape = [](size_t bytes) {
-    algo::CallShape s;
-    s.coll = algo::Collective::Reduce;
-    s.size = 4;
-    s.esize = 4;
-    s.count = bytes / 4;
-    return s;
-  };
+  auto shape = [](size_t bytes) { return float_call(algo::Collective::Reduce, 4, bytes); };
   auto bare = [&](size_t i, const algo::CallShape& s) {
     return algo::formula_estimate(algos[i], s, link, algo::Calibration{});
   };
