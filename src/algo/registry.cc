@@ -627,19 +627,22 @@ std::string algorithm_names(Collective c) {
   return out;
 }
 
+namespace {
+// Whether a calibration says anything about its algorithm: a measured table, corrections or factors.
 bool calibrated(const Calibration& c) {
   return !c.measured.empty() || !c.corrections.empty() || c.latency != 1 || c.bandwidth != 1;
 }
+}  // namespace
 
 const Algorithm& choose_algorithm(const CallShape& s, const LinkModel& link, const Calibration* calibration,
                                   double* estimates) {
   auto algos = algorithms_for(s.coll);
   double t[16];
   const size_t n = std::min(algos.size(), std::size(t));
-  // First the algorithms the calibration speaks for, then the others at the fastest of those's ratio of
-  // estimate to bare formula: a raw formula is no match for a measured time (it leaves out most of what a
-  // real call costs), so an algorithm without figures (one newer than the tuning file, or than the host
-  // kind's tables) wins only where its formula beats the best calibrated algorithm's formula.
+  // First the algorithms the calibration speaks for; then the others, at their bare formula times the fastest
+  // calibrated algorithm's estimate / bare formula. A bare formula is no match for a measured time (it leaves
+  // out most of what a real call costs), so an algorithm without figures (newer than the tuning file, or than
+  // the host kind's tables) wins only where its formula beats the best calibrated algorithm's formula.
   int best_calibrated = -1;
   for (size_t i = 0; i < n; ++i) {
     t[i] = -1;
