@@ -18,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -801,6 +802,21 @@ TEST_P(ChorusPerfCompare, OneColumnPerAlgorithmThenTheAutomaticChoice) {
     EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("#   " + name + " "))) << r.out;
   EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# Crossovers: ")));
   EXPECT_THAT(lines, ::testing::Contains(::testing::StartsWith("# auto/best: worst ")));
+  // The worst row's ratio is the chosen algorithm's forced time over the fastest time, both printed beside it.
+  static const std::regex worst_re(
+      R"(# auto/best: worst ([0-9.]+) at \S+ \(auto chose \S+: ([0-9.]+) us forced, [0-9.]+ us in the auto column; )"
+      R"(fastest \S+ in ([0-9.]+) us\); geometric mean [0-9.]+)");
+  std::smatch m;
+  auto worst = std::find_if(lines.begin(), lines.end(),
+                            [](const std::string& l) { return l.starts_with("# auto/best: worst "); });
+  ASSERT_NE(worst, lines.end());
+  ASSERT_TRUE(std::regex_match(*worst, m, worst_re)) << *worst;
+  double chosen_us = std::stod(m[2].str()), fastest_us = std::stod(m[3].str());
+  auto half_unit = [](double t) { return t >= 10000 ? 0.5 : t >= 100 ? 0.05 : 0.005; };
+  double ratio = chosen_us / fastest_us;
+  EXPECT_NEAR(std::stod(m[1].str()), ratio,
+              ratio * (half_unit(chosen_us) / chosen_us + half_unit(fastest_us) / fastest_us) * 1.01 + 0.005 + 1e-9)
+      << *worst;
   EXPECT_THAT(lines, ::testing::Contains("# Out of bounds values : 0 OK"));
 }
 
