@@ -19,8 +19,8 @@
 # AVERAGE (default 1): the time reported across ranks, as chorus-perf --average: 1 their mean, 3 the slowest
 # rank's, as compare.sh times Chorus and the peers. A rooted collective's ranks finish apart (a linear reduce's
 # leaves hand their input to the sockets and leave; the root still reduces), and over a few calls the mean
-# hides what the root waits for: the reduce tables are timed with AVERAGE=3 (docs/algorithms.md, "A linear
-# reduce, and algorithms without figures").
+# hides what the root waits for: the reduce and broadcast tables are timed with AVERAGE=3 (docs/algorithms.md,
+# "A linear reduce, and algorithms without figures", "Broadcast timed by the slowest rank").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3} ROTATE=${ROTATE:-1} AVERAGE=${AVERAGE:-1}

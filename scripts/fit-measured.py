@@ -152,6 +152,15 @@ GENERATIONS = [
      "docs/data/algos-s27-reduce-max-tcp-2", "docs/data/algos-s27-reduce-max-tcp-hot2",
      "docs/data/algos-s27-reduce-max-shm", "docs/data/algos-s27-reduce-max-shm-hot",
      "docs/data/algos-s27-reduce-max-shm-2", "docs/data/algos-s27-reduce-max-shm-hot2"],
+    # broadcast, tcp and shm, timed by the slowest rank as reduce above (twenty-eighth session, commit c2e5bc6).
+    # A pipelined chain's root hands its chunks to the first link and leaves while the last rank still
+    # receives; timed by the mean over ranks, 4-rank tcp chain / binomial at 64 KiB-4 MiB read 0.67-0.95, by the
+    # slowest rank 0.83-1.13. Two cold and two hot sweeps of broadcast alone per transport (AVERAGE=3,
+    # algos-s28-bcast-max-*), on the twenty-second to twenty-eighth sessions' host.
+    ["docs/data/algos-s28-bcast-max-tcp", "docs/data/algos-s28-bcast-max-tcp-hot",
+     "docs/data/algos-s28-bcast-max-tcp-2", "docs/data/algos-s28-bcast-max-tcp-hot2",
+     "docs/data/algos-s28-bcast-max-shm", "docs/data/algos-s28-bcast-max-shm-hot",
+     "docs/data/algos-s28-bcast-max-shm-2", "docs/data/algos-s28-bcast-max-shm-hot2"],
 ]
 
 
