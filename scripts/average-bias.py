@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Whether timing by the mean over ranks misleads the choice of algorithm, for symmetric collectives.
 
-    scripts/average-bias.py [--ranks N] [--transport T] COLL[,COLL...] [-- extra chorus-perf args]
+    scripts/average-bias.py [--ranks N] [--transport T] [--min B] [--max B] [--bin DIR] COLL[,COLL...]
+                            [-- extra chorus-perf args]
 
 For each collective, four runs of `chorus-perf COLL --algos all` alternate the time reported across ranks
 (--average 1: the mean; 3: the slowest rank's, as compare.sh times). Per size, the fastest algorithm of one run
@@ -21,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(args, coll, average, extra):
-    cmd = [os.path.join(ROOT, "build/bin/chorus-run"), "-n", str(args.ranks), "--no-prefix", "--",
-           os.path.join(ROOT, "build/bin/chorus-perf"), coll, "-b", args.min, "-e", args.max, "-f", "4",
+    cmd = [os.path.join(args.bin, "chorus-run"), "-n", str(args.ranks), "--no-prefix", "--",
+           os.path.join(args.bin, "chorus-perf"), coll, "-b", args.min, "-e", args.max, "-f", "4",
            "--algos", "all", "-n", "20", "--repeats", "5", "-w", "2", "-c", "0", "--rotate", "0",
            "--average", str(average)] + extra
     out = subprocess.run(cmd, env=dict(os.environ, CHORUS_TRANSPORT=args.transport), capture_output=True,
@@ -48,6 +49,7 @@ def main():
     p.add_argument("--transport", default="tcp")
     p.add_argument("--min", default="4K")
     p.add_argument("--max", default="4M")
+    p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="where chorus-run and chorus-perf are")
     p.add_argument("extra", nargs="*")
     args = p.parse_args()
     for coll in args.colls.split(","):
