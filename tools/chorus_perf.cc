@@ -645,10 +645,14 @@ struct CompareRow {
   // rounds) over the fastest forced time. The auto column's own time is shown beside it; the two differ only
   // by noise, since the choice for a size is deterministic.
   double auto_over_best() const {
-    for (const Measurement& m : forced) {
-      if (m.algorithm == automatic.algorithm) return m.time_us / forced[fastest()].time_us;
-    }
-    return automatic.time_us / forced[fastest()].time_us;
+    const Measurement* c = chosen();
+    return (c ? c->time_us : automatic.time_us) / forced[fastest()].time_us;
+  }
+  // The forced column of the algorithm auto chose, or null when it is not among the compared ones.
+  const Measurement* chosen() const {
+    for (const Measurement& m : forced)
+      if (m.algorithm == automatic.algorithm) return &m;
+    return nullptr;
   }
   std::optional<int64_t> wrong() const {
     if (!automatic.wrong) return std::nullopt;
@@ -877,9 +881,8 @@ class CompareTable {
     const CompareRow& w = rows[worst];
     // The ratio compares the chosen algorithm's forced column with the fastest one; the auto column's own time
     // (timed in its own rounds) is shown beside it, since the two can differ by the noise between rounds.
-    std::string chosen_forced;
-    for (const Measurement& m : w.forced)
-      if (m.algorithm == w.automatic.algorithm) chosen_forced = rtrim_left(format_time(m.time_us)) + " us forced, ";
+    const Measurement* c = w.chosen();
+    std::string chosen_forced = c ? rtrim_left(format_time(c->time_us)) + " us forced, " : "";
     fmt::print(
         "# auto/best: worst {:.2f} at {} (auto chose {}: {}{} us in the auto column; fastest {} in {} us); "
         "geometric mean {:.2f}\n",
