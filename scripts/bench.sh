@@ -3,6 +3,7 @@
 #
 #   scripts/bench.sh [--colls "allreduce allgather ..."] [--ranks "2 4"] [--transports "shm tcp"] [--rotate 0|1]
 #                    [--registered 0|1] [--quick] [--no-probes] [--repeat R] [--min BYTES] [--max BYTES]
+#                    [--tag NAME]
 #
 # For every (collective, ranks, transport): ../shared/peers/compare.sh (chorus-perf beside Open MPI, MPICH and,
 # for tcp all_reduce, Gloo; 8 B to 64 MiB) -> docs/data/bench/compare-<coll>-<n>ranks-<t>.txt. Then:
@@ -28,6 +29,8 @@
 # the runs (scripts/compare-median.py) into the same name with .md; the tables and plots above stay as they
 # are, and so do the probes' files (as with --no-probes). For the sizes whose single-run ratio moves from run to
 # run (docs/performance.md, "Where the two virtual CPUs sit").
+# --tag NAME: adds -NAME to the repeated runs' file names (compare-...[-toMAX]-NAME.<i>.txt and .md), so that
+# another host's or another build's repeated runs of the same rows stand beside the earlier ones.
 # Each comparison's file also records the round trip of a cache line between CPUs 0 and 1 before and after it
 # (bench/cacheline_pingpong: about 50 ns when the host runs the two virtual CPUs on one core's hyperthreads,
 # 230-650 ns on separate cores).
@@ -37,7 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COLLS="allreduce allgather reducescatter broadcast reduce alltoall" RANKS="2 4" TRANSPORTS="shm tcp" ROTATE=0 REGISTERED=0 PROBES=1
-REPEAT=1 MIN= MAX=
+REPEAT=1 MIN= MAX= TAG=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --colls) COLLS=$2; shift 2 ;; --ranks) RANKS=$2; shift 2 ;; --transports) TRANSPORTS=$2; shift 2 ;;
@@ -46,10 +49,13 @@ while [[ $# -gt 0 ]]; do
     --quick) COLLS=allreduce RANKS=2; shift ;;
     --no-probes) PROBES=0; shift ;;
     --repeat) REPEAT=$2; shift 2 ;; --min) MIN=$2; shift 2 ;; --max) MAX=$2; shift 2 ;;
-    *) sed -n '2,36p' "$0"; exit 2 ;;
+    --tag) TAG=$2; shift 2 ;;
+    *) sed -n '2,39p' "$0"; exit 2 ;;
   esac
 done
 # Repeated or partial rows leave the probes' files alone: those describe the hour of the last full run's tables.
+[[ -z $TAG || $REPEAT -gt 1 || -n $MIN$MAX ]] || { echo "bench.sh: --tag names repeated or partial runs (--repeat, --min, --max)" >&2; exit 2; }
+[[ $TAG =~ ^[A-Za-z0-9_.]*$ ]] || { echo "bench.sh: --tag '$TAG': letters, digits, '_' and '.' only" >&2; exit 2; }
 [[ $REPEAT == 1 && -z $MIN$MAX ]] || PROBES=0
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 OUT=docs/data/bench
@@ -154,7 +160,7 @@ if [[ $REPEAT == 1 && -z $MIN$MAX ]]; then
   each_row full_row
 else
   mkdir -p "$OUT/repeat"
-  RANGE=${MIN:+-from$MIN}${MAX:+-to$MAX}
+  RANGE=${MIN:+-from$MIN}${MAX:+-to$MAX}${TAG:+-$TAG}
   row_base() { echo "$OUT/repeat/compare-$1-$2ranks-$3$SUFFIX$RANGE"; }
   repeated_row() { compare "$2" "$3" "$4" "$(row_base "$2" "$3" "$4").$1.txt"; }
   medians() {
