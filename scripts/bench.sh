@@ -50,12 +50,12 @@ while [[ $# -gt 0 ]]; do
     --no-probes) PROBES=0; shift ;;
     --repeat) REPEAT=$2; shift 2 ;; --min) MIN=$2; shift 2 ;; --max) MAX=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
-    *) sed -n '2,39p' "$0"; exit 2 ;;
+    *) sed -n '/^set -euo/q; 2,$p' "$0"; exit 2 ;;  # the header comment, however long it grows
   esac
 done
-# Repeated or partial rows leave the probes' files alone: those describe the hour of the last full run's tables.
 [[ -z $TAG || $REPEAT -gt 1 || -n $MIN$MAX ]] || { echo "bench.sh: --tag names repeated or partial runs (--repeat, --min, --max)" >&2; exit 2; }
 [[ $TAG =~ ^[A-Za-z0-9_.]*$ ]] || { echo "bench.sh: --tag '$TAG': letters, digits, '_' and '.' only" >&2; exit 2; }
+# Repeated or partial rows leave the probes' files alone: those describe the hour of the last full run's tables.
 [[ $REPEAT == 1 && -z $MIN$MAX ]] || PROBES=0
 PEERS=${PEERS:-$(cd .. && pwd)/shared/peers}
 OUT=docs/data/bench
