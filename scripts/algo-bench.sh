@@ -21,9 +21,19 @@
 # leaves hand their input to the sockets and leave; the root still reduces), and over a few calls the mean
 # hides what the root waits for: the reduce and broadcast tables are timed with AVERAGE=3 (docs/algorithms.md,
 # "A linear reduce, and algorithms without figures", "Broadcast timed by the slowest rank").
+# REGISTERED=1: the buffers come from chorus::mem_alloc (chorus-perf -R 1) and only the large sizes (64 KiB to
+# 64 MiB) are timed: below the shm transport's single-copy threshold (64 KiB) registration changes nothing.
+# These are the tables the automatic choice uses for calls made with CallOptions::registered.
+# IN_PLACE=1 (with REGISTERED=1): the calls are in place (chorus-perf --algos-in-place), for the tables that
+# registered in-place calls of the collectives every rank passes both buffers to choose from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${1:-tcp} ITERS=${2:-20} RETRY=${RETRY_STOLEN:-3} ROTATE=${ROTATE:-1} AVERAGE=${AVERAGE:-1}
+REGISTERED=${REGISTERED:-0} IN_PLACE=${IN_PLACE:-0}
+[[ $REGISTERED == [01] ]] || { echo "REGISTERED must be 0 or 1" >&2; exit 2; }
+[[ $IN_PLACE == 0 || ($IN_PLACE == 1 && $REGISTERED == 1) ]] || { echo "IN_PLACE=1 needs REGISTERED=1" >&2; exit 2; }
+IN_PLACE_FLAG=()
+[[ $IN_PLACE == 1 ]] && IN_PLACE_FLAG=(--algos-in-place)
 OUT=${OUT:-docs/data}
 mkdir -p "$OUT"
 
@@ -31,19 +41,22 @@ mkdir -p "$OUT"
 table() {
   local out=$1 c=$2 n=$3
   # Small sizes take microseconds: many iterations per round; large ones: ITERS.
-  { CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \
-      --algos all -n 200 --repeats 7 -w 5 -c 1 --rotate "$ROTATE" --average "$AVERAGE" --retry-stolen "$RETRY" --json "${out%.txt}.small.json" &&
+  { if [[ $REGISTERED == 0 ]]; then
+      CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 8 -e 32K -f 2 \
+        --algos all -n 200 --repeats 7 -w 5 -c 1 --rotate "$ROTATE" --average "$AVERAGE" --retry-stolen "$RETRY" --json "${out%.txt}.small.json"
+    fi &&
     CHORUS_TRANSPORT=$T build/bin/chorus-run -n "$n" --no-prefix -- build/bin/chorus-perf "$c" -b 64K -e 64M -f 2 \
-      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --rotate "$ROTATE" --average "$AVERAGE" --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
+      --algos all -n "$ITERS" --repeats 5 -w 2 -c 1 --rotate "$ROTATE" --average "$AVERAGE" -R "$REGISTERED" "${IN_PLACE_FLAG[@]}" --retry-stolen "$RETRY" --json "${out%.txt}.large.json"; } 2>&1 |
     grep -v '^ *$' >"$out" || { echo "failed: see $out"; exit 1; }
 }
 
 # Whether more than a quarter of a table's rows were timed with 5% or more stolen (from its --json files).
 mostly_stolen() {
   python3 - "$1" <<'PY'
-import json, sys
+import json, os, sys
 base = sys.argv[1][:-len(".txt")]
-rows = [r for s in (".small.json", ".large.json") for r in json.load(open(base + s))["results"]]
+rows = [r for s in (".small.json", ".large.json") if os.path.exists(base + s)
+        for r in json.load(open(base + s))["results"]]
 stolen = sum(1 for r in rows if (r.get("stolen_share") or 0) >= 0.05)
 sys.exit(0 if 4 * stolen > len(rows) else 1)
 PY

@@ -41,6 +41,8 @@ def json_rows(path):
     base = path[:-len(".txt")]
     rows = {}
     for suffix in JSONS:
+        if not os.path.exists(base + suffix):  # a registered sweep (REGISTERED=1) times only the large sizes
+            continue
         for i, row in enumerate(json.load(open(base + suffix))["results"]):
             rows[row["size"]] = (suffix, i, row)
     return rows
@@ -62,7 +64,7 @@ def merge(first, later):
     if not replaced:
         return replaced
     base = first[:-len(".txt")]
-    docs = {suffix: json.load(open(base + suffix)) for suffix in JSONS}
+    docs = {suffix: json.load(open(base + suffix)) for suffix in JSONS if os.path.exists(base + suffix)}
     for size in replaced:
         suffix, i, _ = first_rows[size]
         docs[suffix]["results"][i] = later_rows[size][2]
@@ -90,7 +92,8 @@ def main():
     if len(sys.argv) != 3 or not all(p.endswith(".txt") for p in sys.argv[1:]):
         sys.exit(__doc__)
     for p in sys.argv[1:]:
-        missing = [p[:-4] + s for s in JSONS if not os.path.exists(p[:-4] + s)]
+        # The large sizes' file is always there; a registered sweep has no small one.
+        missing = [p[:-4] + s for s in JSONS[1:] if not os.path.exists(p[:-4] + s)]
         if missing:
             sys.exit(f"algo-merge.py: {', '.join(missing)} not found: the stolen shares come from chorus-perf --json")
     replaced = merge(sys.argv[1], sys.argv[2])

@@ -725,6 +725,25 @@ TEST(ChorusPerf, UnknownAlgorithmIsAUsageErrorThatListsTheValidNames) {
   }
 }
 
+// --algos-in-place: the side-by-side table times (and checks) in-place calls, here on registered buffers, as
+// scripts/algo-bench.sh IN_PLACE=1 REGISTERED=1 sweeps them; it needs --algos.
+TEST(ChorusPerf, AlgosInPlaceTimesAndChecksInPlaceCalls) {
+  for (const char* coll : {"allreduce", "allgather", "reducescatter", "alltoall"}) {
+    Result r = run_perf({coll, "--algos", "all", "--algos-in-place", "-R", "1", "-b", "48K", "-e", "3M", "-f", "8",
+                         "-n", "2", "--repeats", "1", "-w", "1"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("In place only; time in us per call")) << coll;
+    const size_t n = chorus::algorithm_names(coll).size();
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    ASSERT_EQ(rows.size(), 3u) << r.out;
+    for (const auto& f : rows) {
+      ASSERT_GT(f.size(), 9 + n) << r.out;
+      EXPECT_EQ(f[9 + n], "0") << coll << ": #wrong over every algorithm\n" << r.out;
+    }
+  }
+  EXPECT_EQ(run_perf({"allreduce", "--algos-in-place"}).exit_code, 2);
+}
+
 // ---- --algos: every algorithm side by side ----
 
 // The table's column names: the header line that starts with "# size".

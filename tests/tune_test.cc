@@ -1,13 +1,13 @@
 // The cost model's inputs: tuning files (read, written, rejected when malformed), calibration, and the
 // effect of a tuning file on the automatic choice.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-
-#include <fmt/format.h>
+#include <mutex>
 
 #include "base/cpu.h"
 #include "subprocess.h"
@@ -25,8 +25,10 @@ void write_file(const std::string& path, const std::string& text) { std::ofstrea
 
 TEST(TuningFile, RoundTripsAndPicksTheNearestWorldSize) {
   tune::Tuning t;
-  t.transports["tcp"] = {{2, {1e-6, 2e-6, 3e-9, 4e-9}, {{"allreduce/ring", {1.5, 0.5, {}, {}}}}},
-                         {8, {5e-6, 6e-6, 7e-9, 8e-9}, {}}};
+  algo::Calibration ring;
+  ring.latency = 1.5;
+  ring.bandwidth = 0.5;
+  t.transports["tcp"] = {{2, {1e-6, 2e-6, 3e-9, 4e-9}, {{"allreduce/ring", ring}}}, {8, {5e-6, 6e-6, 7e-9, 8e-9}, {}}};
   std::string path = temp_path("roundtrip");
   write_file(path, tune::tuning_to_json(t));
   tune::Tuning back = tune::load_tuning_file(path);
@@ -237,6 +239,194 @@ TEST(TuningFile, AnAlgorithmWithoutFiguresIsScaledLikeTheBestCalibratedOne) {
 // Between two measured world sizes, the tables of both are interpolated in log(time) against log(world size);
 // below the smallest or above the largest nothing is extrapolated, and an algorithm measured at only one of
 // the two keeps the formula.
+// A tuning whose 2- and 4-rank inproc entries time every all_reduce algorithm three ways: with heap buffers
+// (ring fastest), with registered ones out of place from 64 KiB (direct fastest) and in place (recursive doubling
+// fastest). The fourth host's 2-rank shm measurements have this shape: reading registered memory in place
+// reorders the algorithms, and in-place calls order them differently again.
+std::string registered_tuning_text() {
+  std::string algos;
+  for (const algo::Algorithm& a : algo::algorithms_for(algo::Collective::AllReduce)) {
+    const std::string name = a.name;
+    const double heap = name == "ring" ? 1e-4 : 5e-4;
+    const double reg = name == "direct" ? 1e-5 : name == "ring" ? 2e-4 : 5e-4;
+    const double in_place = name == "recursive_doubling" ? 1e-5 : 5e-4;
+    algos += fmt::format(R"({}"allreduce/{}": {{"latency": 1, "bandwidth": 1, "measured": [[1024, {}], [67108864, {}]],
+        "registered": [[65536, {}], [67108864, {}]], "registered_in_place": [[131072, {}], [67108864, {}]]}})",
+                         algos.empty() ? "" : ", ", name, heap / 10, heap, reg / 10, reg, in_place / 10, in_place);
+  }
+  std::string entries;
+  for (int n : {2, 4}) {
+    entries += fmt::format(R"({}{{"world_size": {}, "alpha_us": 1, "overhead_us": 0.1, "beta_ns_per_byte": 0.1,
+        "gamma_ns_per_byte": 0.1, "algorithms": {{{}}}}})",
+                           entries.empty() ? "" : ", ", n, algos);
+  }
+  return R"({"chorus_tuning": 1, "transports": {"inproc": [)" + entries + "]}}";
+}
+
+TEST(TuningFile, RegisteredTablesRoundTripAndReplaceTheMeasuredOnesFromTheirFirstSize) {
+  const tune::Tuning t = tune::parse_tuning(registered_tuning_text(), "test");
+  const tune::Tuning back = tune::parse_tuning(tune::tuning_to_json(t), "again");
+  std::vector<algo::Calibration> cal =
+      tune::calibration_for(tune::entry_for(&back, "inproc", 2), algo::Collective::AllReduce);
+  ASSERT_EQ(cal[0].registered.size(), 2u);  // ring
+  EXPECT_DOUBLE_EQ(cal[0].registered[0].first, 65536);
+  EXPECT_DOUBLE_EQ(cal[0].registered[1].second, 2e-4);
+  EXPECT_DOUBLE_EQ(tune::use_registered(cal), 65536);  // where the registered tables start
+  // The heap point at 1 KiB stays (below the registered range); the one at 64 MiB gives way.
+  ASSERT_EQ(cal[0].measured.size(), 3u);
+  EXPECT_DOUBLE_EQ(cal[0].measured[0].first, 1024);
+  EXPECT_DOUBLE_EQ(cal[0].measured[0].second, 1e-5);
+  EXPECT_DOUBLE_EQ(cal[0].measured[1].first, 65536);
+  EXPECT_DOUBLE_EQ(cal[0].measured[2].second, 2e-4);
+  std::vector<algo::Calibration> in_place =
+      tune::calibration_for(tune::entry_for(&back, "inproc", 2), algo::Collective::AllReduce);
+  EXPECT_DOUBLE_EQ(tune::use_registered(in_place, true), 131072);
+  ASSERT_EQ(in_place[0].measured.size(), 3u);  // 1 KiB heap, then the in-place table's two points
+  EXPECT_DOUBLE_EQ(in_place[0].measured[1].first, 131072);
+  EXPECT_DOUBLE_EQ(in_place[0].measured[2].second, 5e-4);
+  // Without registered tables nothing changes and the answer says so.
+  std::vector<algo::Calibration> plain(3);
+  plain[1].measured = {{1024, 1e-3}};
+  EXPECT_EQ(tune::use_registered(plain), 0);
+  EXPECT_EQ(plain[1].measured.size(), 1u);
+
+  std::string path = temp_path("badregistered");
+  write_file(path, R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": 1,
+      "overhead_us": 1, "beta_ns_per_byte": 1, "gamma_ns_per_byte": 1, "algorithms": {
+      "allreduce/ring": {"latency": 1, "bandwidth": 1, "registered": [[65536, -1]]}}}]}})");
+  try {
+    tune::load_tuning_file(path);
+    ADD_FAILURE() << "accepted a negative time";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("algorithms.allreduce/ring.registered"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+// CallOptions::registered: the automatic choice uses the registered tables where they exist, every buffer
+// still gives the right sum, and last_operation() says which tables chose.
+TEST(TuningFile, RegisteredCallsChooseFromTheRegisteredTables) {
+  std::string path = temp_path("registered");
+  write_file(path, registered_tuning_text());
+  ScopedEnv file("CHORUS_TUNING_FILE", path);
+  CallOptions registered;
+  registered.registered = true;
+  run_world(2, CommOptions{}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 1 << 18, DataType::Float32), "ring");
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 1 << 18, DataType::Float32, registered), "direct");
+    // 1 KiB: below the registered tables, the heap table decides either way.
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 256, DataType::Float32, registered), "ring");
+
+    const size_t count = size_t{1} << 18;  // 1 MiB
+    float* reg = static_cast<float*>(mem_alloc(2 * count * sizeof(float)));
+    std::vector<float> heap(2 * count);
+    // A heap buffer under the registered flag is slower, never wrong: both kinds, out of place then in place.
+    for (float* buf : {reg, heap.data()}) {
+      for (bool in_place : {false, true}) {
+        for (size_t k = 0; k < count; ++k) buf[k] = static_cast<float>(comm.rank() + 1) * static_cast<float>(k % 97);
+        float* out = in_place ? buf : buf + count;
+        comm.all_reduce(buf, out, count, DataType::Float32, ReduceOp::Sum, registered);
+        OperationInfo info = comm.last_operation();
+        EXPECT_EQ(info.algorithm, in_place ? "recursive_doubling" : "direct");
+        EXPECT_TRUE(info.registered_tables);
+        EXPECT_FALSE(info.forced);
+        for (size_t k = 0; k < count; k += 7) ASSERT_EQ(out[k], 3.0f * static_cast<float>(k % 97)) << k;
+      }
+    }
+    mem_free(reg);
+    // Below the registered tables' first size the heap tables choose, and the call says so; the in-place
+    // tables here start at 128 KiB, above the out-of-place ones.
+    comm.all_reduce(heap.data(), heap.data() + count, 256, DataType::Float32, ReduceOp::Sum, registered);
+    EXPECT_EQ(comm.last_operation().algorithm, "ring");
+    EXPECT_FALSE(comm.last_operation().registered_tables);
+    comm.all_reduce(heap.data(), heap.data(), 16384, DataType::Float32, ReduceOp::Sum, registered);  // 64 KiB
+    EXPECT_EQ(comm.last_operation().algorithm, "ring");
+    EXPECT_FALSE(comm.last_operation().registered_tables);
+    comm.all_reduce(heap.data(), heap.data() + count, 16384, DataType::Float32, ReduceOp::Sum, registered);
+    EXPECT_EQ(comm.last_operation().algorithm, "direct");
+    // The same calls without the flag: the heap tables, in the same communicator (the choices are cached apart).
+    for (float* out : {heap.data(), heap.data() + count}) {
+      comm.all_reduce(heap.data(), out, count, DataType::Float32, ReduceOp::Sum);
+      EXPECT_EQ(comm.last_operation().algorithm, "ring");
+      EXPECT_FALSE(comm.last_operation().registered_tables);
+    }
+    comm.all_reduce(heap.data(), heap.data(), count, DataType::Float32, ReduceOp::Sum, registered);
+    EXPECT_EQ(comm.last_operation().algorithm, "recursive_doubling");
+    // A forced algorithm wins over either table.
+    comm.all_reduce(heap.data(), heap.data(), count, DataType::Float32, ReduceOp::Sum,
+                    CallOptions{.algorithm = "tree", .registered = true});
+    EXPECT_EQ(comm.last_operation().algorithm, "tree");
+    EXPECT_TRUE(comm.last_operation().forced);
+  });
+  // 3 ranks: no table of its own, and the heap tables interpolated between 2 and 4; registered calls choose
+  // from those too.
+  run_world(3, CommOptions{}, [&](Communicator& comm) {
+    std::vector<float> v(size_t{1} << 18, 1.0f);
+    comm.all_reduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum, registered);
+    EXPECT_FALSE(comm.last_operation().registered_tables);
+    EXPECT_EQ(comm.last_operation().algorithm, comm.automatic_algorithm("allreduce", v.size(), DataType::Float32));
+    EXPECT_EQ(v[12345], 3.0f);
+  });
+  std::remove(path.c_str());
+}
+
+// Ranks that disagree on CallOptions::registered, or call one in place and one not under it, where that changes
+// the choice, fail the call with Error(Mismatch) on both ranks rather than hanging or computing something.
+TEST(TuningFile, RanksDisagreeingOnRegisteredGetMismatch) {
+  std::string path = temp_path("registered_mismatch");
+  write_file(path, registered_tuning_text());
+  ScopedEnv file("CHORUS_TUNING_FILE", path);
+  for (bool disagree_on_in_place : {false, true}) {
+    int mismatches = 0;
+    std::mutex mu;
+    run_world(2, CommOptions{}, [&](Communicator& comm) {
+      std::vector<float> v(size_t{1} << 18, 1.0f), out(v.size());
+      CallOptions opts;
+      // Either one rank says registered and the other not, or both do and one calls in place.
+      opts.registered = disagree_on_in_place || comm.rank() == 0;
+      float* recv = disagree_on_in_place && comm.rank() == 1 ? out.data() : v.data();
+      try {
+        comm.all_reduce(v.data(), recv, v.size(), DataType::Float32, ReduceOp::Sum, opts);
+        comm.barrier();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+        EXPECT_NE(std::string(e.what()).find("registered flag"), std::string::npos) << e.what();
+        std::lock_guard<std::mutex> lock(mu);
+        ++mismatches;
+      }
+    });
+    EXPECT_EQ(mismatches, 2) << (disagree_on_in_place ? "in place on one rank only" : "registered on one rank only");
+  }
+  std::remove(path.c_str());
+}
+
+// The Reducer's buckets of 64 KiB and more are registered memory, and their all_reduces (in place) say so: with
+// the tables above, 4 ranks run recursive doubling (log2(4) x K bytes sent per rank), the in-place choice,
+// rather than the ring the heap tables choose or direct, the out-of-place one (both 2 x 3/4 x K).
+TEST(TuningFile, ReducerBucketsOfRegisteredSizeChooseFromTheRegisteredTables) {
+  std::string path = temp_path("registered_reducer");
+  write_file(path, registered_tuning_text());
+  ScopedEnv file("CHORUS_TUNING_FILE", path);
+  const size_t count = (size_t{1} << 20) / sizeof(float);
+  run_world(4, CommOptions{}, [&](Communicator& comm) {
+    ReducerOptions o;
+    o.first_bucket_bytes = size_t{1} << 20;
+    o.bucket_cap_bytes = size_t{1} << 20;
+    Reducer r(comm, o);
+    std::vector<float> g(count);
+    r.add_parameter("w", g.data(), count, DataType::Float32);
+    for (size_t k = 0; k < count; ++k) g[k] = static_cast<float>(comm.rank() * 4 + static_cast<int>(k % 8));
+    r.mark_ready(size_t{0});
+    r.finalize();
+    for (size_t k = 0; k < count; k += 13) ASSERT_EQ(g[k], 6.0f + static_cast<float>(k % 8)) << k;  // the mean
+    const uint64_t sent = r.traffic().bytes_sent;
+    EXPECT_GE(sent, uint64_t{2} << 20);
+    EXPECT_LT(sent, (uint64_t{2} << 20) + (uint64_t{64} << 10)) << "ring or direct would send 1.5 MiB";
+  });
+  std::remove(path.c_str());
+}
+
 TEST(TuningFile, WorldSizesBetweenMeasuredOnesInterpolateTheirTables) {
   // Figures under which the formula prefers binomial (costly messages). Measured: binomial wins at 4 ranks,
   // the chain at 8. At 6, with w = log(6/4) / log(8/4) = 0.585, binomial takes 10 us x 4^w = 22.5 us at 1 KiB

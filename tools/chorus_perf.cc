@@ -145,6 +145,7 @@ struct Options {
   bool traffic = false;              // --traffic: bytes sent, measured against the algorithm's formula
   int rotate = 1;  // 1: each iteration uses the next slot of the buffers, as nccl-tests; 0: always the same one
   int registered = 0;  // -R 1: send and receive buffers from chorus::mem_alloc (as nccl-tests' -R)
+  bool algos_in_place = false;  // --algos-in-place: the --algos table times in-place calls
 };
 
 // nccl-tests' order for "-d all" and "-o all".
@@ -275,6 +276,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                      "Time these algorithms side by side, out of place, in one table with the automatic choice: "
                      "'all' or a comma-separated list (ring,tree)")
           ->type_name("all|LIST");
+  app.add_flag("--algos-in-place", o.algos_in_place,
+               "With --algos: time in-place calls instead of out-of-place ones (with -R 1 they choose from the "
+               "tables measured in place)")
+      ->needs(algos_opt);
   app.add_option("--rotate", o.rotate,
                  "1: each iteration works on the next size-sized slot of the buffers allocated for the largest "
                  "size, as nccl-tests does, so sizes that fit in the caches are not timed hot; 0: always the "
@@ -283,7 +288,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("-R,--registered", o.registered,
                  "1: allocate the send and receive buffers with chorus::mem_alloc (registered memory, which "
-                 "local peers read in place); 0: plain page-aligned heap memory, as the peers' benchmarks use")
+                 "local peers read in place) and say so to the calls (CallOptions::registered: the automatic "
+                 "choice uses the tables measured with registered buffers); 0: plain page-aligned heap memory, as "
+                 "the peers' benchmarks use")
       ->check(CLI::Range(0, 1))
       ->capture_default_str();
   app.add_flag("--traffic", o.traffic,
@@ -1231,8 +1238,8 @@ class Bench {
         for (int rep = 0; rep < o_.repeats; ++rep) {
           bool check = first && rep == 0;
           for (size_t i = 0; i < k; ++i)
-            samples[i].push_back(bench_time(typed, l, type, op, root, false, compare_[i], check));
-          samples[k].push_back(bench_time(typed, l, type, op, root, false, {}, check));
+            samples[i].push_back(bench_time(typed, l, type, op, root, o_.algos_in_place, compare_[i], check));
+          samples[k].push_back(bench_time(typed, l, type, op, root, o_.algos_in_place, {}, check));
         }
         auto median = [](std::vector<Measurement>& v) {
           std::optional<int64_t> wrong = v.front().wrong;
@@ -1265,7 +1272,9 @@ class Bench {
       send = recv + l.send_inplace * static_cast<size_t>(rank_) * ts;
       recv = recv + l.recv_inplace * static_cast<size_t>(rank_) * ts;
     }
-    const chorus::CallOptions call{algorithm};
+    // -R 1: every rank's buffers are registered, so the calls say so and the automatic choice uses the tables
+    // measured that way.
+    const chorus::CallOptions call{algorithm, o_.registered != 0};
     switch (o_.coll->coll) {
       case Coll::AllReduce:
         comm_.all_reduce(send, recv, l.param, type, op, call);
@@ -1506,12 +1515,12 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
     fmt::print(
         "# Algorithms of {}: {}\n"
         "#   each forced in turn (CallOptions), then auto: the library's own choice (CHORUS_ALGO if set, else\n"
-        "#   the cost model). Out of place only; time in us per call: the median over {} rounds that each\n"
+        "#   the cost model). {} only; time in us per call: the median over {} rounds that each\n"
         "#   time every algorithm in turn ({} iterations each).\n"
         "# auto/best = the time of the algorithm auto chose (its forced column) / the fastest forced time: 1.00\n"
         "#   when auto picked the fastest. The auto column is auto's own run, equal to that up to timing noise.\n"
         "#   #wrong is summed over every algorithm's check.\n",
-        o.coll->name, names, o.repeats, o.iters);
+        o.coll->name, names, o.algos_in_place ? "In place" : "Out of place", o.repeats, o.iters);
   } else if (!bench.algorithm().empty()) {
     fmt::print("# Algorithm: {}, forced on every timed and checked call (CallOptions)\n", bench.algorithm());
   } else {
@@ -1584,6 +1593,7 @@ void write_json(const std::string& path, const Options& o, int nranks, std::stri
                   {"traffic", o.traffic},
                   {"rotate", o.rotate},
                   {"registered", o.registered != 0},
+                  {"algos_in_place", o.algos_in_place},
                   {"retry_stolen", o.retry_stolen},
                   {"stolen_limit", o.stolen_limit}};
   nlohmann::json results = nlohmann::json::array();

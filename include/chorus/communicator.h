@@ -77,6 +77,18 @@ struct CallOptions {
   // choice. Every rank must pass the same name. A name the collective does not have throws
   // Error(InvalidArgument) before anything is sent.
   std::string_view algorithm;
+  // The call's buffers are registered memory (chorus::mem_alloc, include/chorus/memory.h) on every rank. The
+  // shared-memory transport then reads large payloads in place, which changes which algorithm is fastest; with
+  // this set, the automatic choice uses the tables measured that way where the tuning has them (from 64 KiB in
+  // the built-in tuning; below that registration changes nothing). For all_reduce, all_gather, reduce_scatter
+  // and all_to_all, in-place calls have tables of their own (a rank cannot overwrite what a peer still reads in
+  // place, which orders the algorithms differently again): with the flag, every rank must also call alike, in
+  // place or out of place. Every rank must pass the same value, as for `algorithm`: ranks that disagree may
+  // choose different algorithms, which fails the call with Error(Mismatch) on every rank. A wrong value costs
+  // speed only: any buffer works under either tables. Registration is each rank's own business, so the
+  // library cannot find this out without a message per call; the caller (the Reducer, for its registered
+  // buckets) knows it.
+  bool registered = false;
 };
 
 // The algorithms a collective offers, in the registry's order. `collective` is "allreduce", "allgather",
@@ -110,6 +122,9 @@ struct OperationInfo {
   std::string collective;  // "allreduce", ..., or "send" / "recv"
   std::string algorithm;   // "ring", "tree", ... ("direct" for send/recv)
   bool forced = false;     // chosen by CallOptions or CHORUS_ALGO rather than by the cost model
+  // The cost model used the tables measured with registered buffers (CallOptions::registered, and the tuning
+  // has such tables for this collective, transport and world size).
+  bool registered_tables = false;
   size_t count = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
@@ -291,6 +306,10 @@ class CHORUS_API Communicator {
   // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer. With
   // CHORUS_ADAPT=1 a shape with near-ties may run another of them once timed: last_operation() says which ran.
   std::string automatic_algorithm(std::string_view collective, size_t count, DataType type) const;
+  // The same for an out-of-place call made with `opts` (its `registered` flag; `algorithm` is ignored: this
+  // is the choice made when nothing is forced).
+  std::string automatic_algorithm(std::string_view collective, size_t count, DataType type,
+                                  const CallOptions& opts) const;
   // Traffic since creation, and the figures of the last operation. Read them between calls (the same
   // one-thread-at-a-time rule as for operations); they first wait for queued asynchronous operations.
   TrafficCounters traffic() const;

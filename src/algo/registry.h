@@ -82,6 +82,15 @@ struct Calibration {
   double bandwidth = 1;
   std::vector<std::pair<double, double>> corrections;  // (bytes, ratio)
   std::vector<std::pair<double, double>> measured;     // (bytes, seconds)
+  // Times measured the same way with the buffers in registered memory (chorus::mem_alloc; chorus-perf -R 1),
+  // from the shared-memory transport's single-copy size up: it then reads large payloads in place, which orders
+  // the algorithms differently. Calls made with CallOptions::registered use these instead of `measured` where
+  // they exist (tune::use_registered); below their range `measured` still speaks. `registered_in_place`: the
+  // same for in-place calls (chorus-perf --algos-in-place), which the in-place reads order differently again
+  // (a rank cannot overwrite what its peer still reads); only the collectives whose every rank passes both
+  // buffers (all_reduce, all_gather, reduce_scatter, all_to_all) use it.
+  std::vector<std::pair<double, double>> registered;           // (bytes, seconds)
+  std::vector<std::pair<double, double>> registered_in_place;  // (bytes, seconds)
 
   double correction(double bytes) const;
   // The measured time at `bytes`, or a negative number outside the measured range.

@@ -299,6 +299,8 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
       for (algo::Calibration& cal : impl->calibration[c]) {
         tables_dropped = tables_dropped || (regime_drops && !cal.measured.empty());
         cal.measured.clear();
+        cal.registered.clear();
+        cal.registered_in_place.clear();
       }
     }
     if (!hybrid && tuned.world_size != size) {
@@ -308,6 +310,15 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
         interpolated_from[0] = lo;
         interpolated_from[1] = hi;
       }
+    }
+    // Calls with CallOptions::registered: the tables measured with registered buffers, out of place and in
+    // place, where there are any (only at a measured world size; an interpolated one keeps the heap tables).
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      std::vector<algo::Calibration>& reg = impl->calibration_registered[in_place][c];
+      reg = impl->calibration[c];
+      const double from = tune::use_registered(reg, in_place != 0);
+      impl->registered_from[in_place][c] = static_cast<uint64_t>(std::max(from, 0.0));
+      if (from <= 0) reg.clear();
     }
   }
   std::string tables_note;

@@ -323,8 +323,11 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
   e.link.beta = figures.beta_ns_per_byte * 1e-9;
   e.link.gamma = figures.gamma_ns_per_byte * 1e-9;
   for (const AlgorithmFit& f : figures.algorithms) {
-    e.algorithms[f.collective + "/" + f.algorithm] =
-        algo::Calibration{f.latency_factor, f.bandwidth_factor, f.corrections, {}};
+    algo::Calibration& cal = e.algorithms[f.collective + "/" + f.algorithm];
+    cal = algo::Calibration{};
+    cal.latency = f.latency_factor;
+    cal.bandwidth = f.bandwidth_factor;
+    cal.corrections = f.corrections;
   }
   entries.push_back(e);
   std::sort(entries.begin(), entries.end(), [](const tune::LinkEntry& a, const tune::LinkEntry& b) {

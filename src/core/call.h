@@ -27,6 +27,13 @@ struct CollCall {
   // Chosen by resolve():
   const algo::Algorithm* algorithm = nullptr;
   bool forced = false;
+  // In place (send and recv as the collective's in-place form), for a collective every rank passes both
+  // buffers to (all_reduce, all_gather, reduce_scatter, all_to_all); false for the rooted ones.
+  bool in_place = false;
+  // The automatic choice used the tables measured with registered buffers (in place when in_place):
+  // CallOptions::registered, and this collective has such tables at this world size and transport, from this
+  // call's size down.
+  bool registered = false;
   // CHORUS_ADAPT is on and the model chose: the executing thread may run a near-tie instead (core/adapt.h).
   bool adaptive = false;
   double estimate = 0;

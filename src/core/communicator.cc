@@ -180,28 +180,47 @@ algo::CallShape shape_of(const Communicator::Impl& impl, const CollCall& call) {
   return shape_of(impl, call.coll, call.count, call.dtype, call.root);
 }
 
-// The choice cache's key: collective, forced algorithm + 1 (0: none), bytes.
-uint64_t key_of(algo::Collective coll, int forced, uint64_t bytes) {
-  return (static_cast<uint64_t>(coll) << 56) | (static_cast<uint64_t>(forced) << 48) |
+// The choice cache's key: collective, registered-buffer tables (out of place, in place), forced algorithm + 1
+// (0: none, else at most 16), bytes.
+uint64_t key_of(algo::Collective coll, int forced, uint64_t bytes, bool registered, bool in_place) {
+  return (static_cast<uint64_t>(coll) << 56) | (static_cast<uint64_t>(registered) << 55) |
+         (static_cast<uint64_t>(registered && in_place) << 54) | (static_cast<uint64_t>(forced) << 48) |
          (bytes & ((uint64_t{1} << 48) - 1));
 }
 
-// Chooses the algorithm for a call: `requested` (from CallOptions), else CHORUS_ALGO, else the cost model. An
-// unknown or inapplicable name is an InvalidArgument, raised before anything is queued or sent. Runs on the
-// API thread (it owns the choice cache).
-void resolve_choice(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
-  std::string_view name =
-      !requested.empty() ? requested : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
+// Whether a call with CallOptions::registered chooses from the registered-buffer tables (in place or not):
+// the collective has them, from at most `bytes` up.
+bool uses_registered_tables(const Communicator::Impl& impl, algo::Collective coll, uint64_t bytes, bool in_place) {
+  const uint64_t from = impl.registered_from[in_place][static_cast<int>(coll)];
+  return from != 0 && bytes >= from;
+}
+
+// The cost model's tables for a call: those measured with registered buffers (in place or not) where the
+// call asked for them and they exist (CollCall::registered says both), else the heap-buffer ones.
+const std::vector<algo::Calibration>& calibration_of(const Communicator::Impl& impl, algo::Collective coll,
+                                                     bool registered, bool in_place) {
+  const int c = static_cast<int>(coll);
+  return registered ? impl.calibration_registered[in_place][c] : impl.calibration[c];
+}
+
+// Chooses the algorithm for a call: CallOptions::algorithm, else CHORUS_ALGO, else the cost model (with the
+// registered-buffer tables under CallOptions::registered). An unknown or inapplicable name is an
+// InvalidArgument, raised before anything is queued or sent. Runs on the API thread (it owns the choice cache).
+void resolve_choice(Communicator::Impl& impl, CollCall& call, const CallOptions& opts) {
+  std::string_view name = !opts.algorithm.empty()
+                              ? opts.algorithm
+                              : std::string_view(impl.config.forced_algorithm[static_cast<int>(call.coll)]);
   const uint64_t bytes = static_cast<uint64_t>(call.count) * core::element_size(call.dtype);
+  call.registered = opts.registered && uses_registered_tables(impl, call.coll, bytes, call.in_place);
   // The common case, a loop of same-shaped calls with nothing forced, is settled by the previous choice.
-  if (name.empty() && (key_of(call.coll, 0, bytes)) == impl.last_choice.key) {
+  if (name.empty() && key_of(call.coll, 0, bytes, call.registered, call.in_place) == impl.last_choice.key) {
     call.algorithm = impl.last_choice.algorithm;
     call.estimate = impl.last_choice.estimate;
     return;
   }
   const algo::CallShape shape = shape_of(impl, call);
   auto algos = algo::algorithms_for(call.coll);
-  const auto& calibration = impl.calibration[static_cast<int>(call.coll)];
+  const auto& calibration = calibration_of(impl, call.coll, call.registered, call.in_place);
   const algo::Algorithm* chosen = nullptr;
   if (!name.empty()) {
     chosen = algo::find_algorithm(call.coll, name);
@@ -216,7 +235,8 @@ void resolve_choice(Communicator::Impl& impl, CollCall& call, std::string_view r
     }
   }
   call.forced = chosen != nullptr;
-  const uint64_t key = key_of(call.coll, chosen ? static_cast<int>(chosen - algos.data()) + 1 : 0, bytes);
+  const uint64_t key = key_of(call.coll, chosen ? static_cast<int>(chosen - algos.data()) + 1 : 0, bytes,
+                              call.registered, call.in_place);
   if (key == impl.last_choice.key) {
     call.algorithm = impl.last_choice.algorithm;
     call.estimate = impl.last_choice.estimate;
@@ -235,13 +255,20 @@ void resolve_choice(Communicator::Impl& impl, CollCall& call, std::string_view r
     chosen = &algo::choose_algorithm(shape, impl.link, calibration.data(), estimates);
     call.estimate = estimates[chosen - algos.data()];
     if (base::log_enabled(base::LogLevel::Info) &&
-        impl.logged_choices.insert({static_cast<int>(call.coll), shape.bytes()}).second) {
+        impl.logged_choices
+            .insert({static_cast<int>(call.coll) * 4 + call.registered * 2 + (call.registered && call.in_place),
+                     shape.bytes()})
+            .second) {
       std::string alternatives;
       for (size_t i = 0; i < algos.size(); ++i) {
         alternatives += fmt::format("{}{} {:.1f} us", i ? ", " : "", algos[i].name, estimates[i] * 1e6);
       }
-      base::log_info("{} of {} bytes on {} ranks: {} (estimates: {})", algo::collective_name(call.coll),
-                     shape.bytes(), impl.size, chosen->name, alternatives);
+      base::log_info("{} of {} bytes on {} ranks{}: {} (estimates: {})", algo::collective_name(call.coll),
+                     shape.bytes(), impl.size,
+                     !call.registered ? ""
+                     : call.in_place  ? ", registered buffers, in place"
+                                      : ", registered buffers",
+                     chosen->name, alternatives);
     }
   }
   call.algorithm = chosen;
@@ -249,8 +276,8 @@ void resolve_choice(Communicator::Impl& impl, CollCall& call, std::string_view r
   impl.last_choice = {key, chosen, call.estimate};
 }
 
-void resolve(Communicator::Impl& impl, CollCall& call, std::string_view requested) {
-  resolve_choice(impl, call, requested);
+void resolve(Communicator::Impl& impl, CollCall& call, const CallOptions& opts) {
+  resolve_choice(impl, call, opts);
   call.adaptive = impl.config.adapt_rounds > 0 && !call.forced && impl.size > 1;
 }
 
@@ -273,7 +300,8 @@ class CurrentOpScope {
 // CHORUS_ADAPT: the run-time state of a call's shape, created on its first call from the model's estimates
 // (the same on every rank). Null when the table of shapes is full: the call then runs the model's choice.
 core::AdaptState* adapt_state(Communicator::Impl& impl, const CollCall& call) {
-  const uint64_t key = key_of(call.coll, 0, static_cast<uint64_t>(call.count) * core::element_size(call.dtype));
+  const uint64_t key = key_of(call.coll, 0, static_cast<uint64_t>(call.count) * core::element_size(call.dtype),
+                              call.registered, call.in_place);
   if (key == impl.adapt_last_key) return impl.adapt_last;
   auto it = impl.adapt.find(key);
   if (it == impl.adapt.end()) {
@@ -281,7 +309,8 @@ core::AdaptState* adapt_state(Communicator::Impl& impl, const CollCall& call) {
     const algo::CallShape shape = shape_of(impl, call);
     auto algos = algo::algorithms_for(call.coll);
     double estimates[16];
-    algo::choose_algorithm(shape, impl.link, impl.calibration[static_cast<int>(call.coll)].data(), estimates);
+    algo::choose_algorithm(shape, impl.link, calibration_of(impl, call.coll, call.registered, call.in_place).data(),
+                           estimates);
     int idx[core::kAdaptMaxCandidates];
     const int m = core::near_ties(estimates, algos.size(), core::kAdaptMargin, idx);
     const algo::Algorithm* cand[core::kAdaptMaxCandidates];
@@ -365,6 +394,7 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   last.dtype = call.dtype;
   last.root = call.root;
   last.forced = call.forced;
+  last.registered = call.registered;
   last.adapt = !adapt || adapt->candidates() == 1 ? 0 : timed ? 1 : 2;
   last.count = call.count;
   last.sent = c.bytes_sent;
@@ -502,7 +532,7 @@ GroupPlan plan_group(Communicator::Impl& impl, std::vector<Op> ops) {
         step.fused.count = total / dtype_size(first.dtype);
         step.fused.local_bytes = total;
         step.fused.send = step.fused.recv = nullptr;
-        resolve(impl, step.fused, {});
+        resolve(impl, step.fused, CallOptions{});
         plan.steps.push_back(std::move(step));
       }
     } else {
@@ -637,7 +667,8 @@ CollCall prepare_all_reduce(Communicator::Impl& impl, const void* send, void* re
   core::check_pointer(kOp, "recv", recv, bytes);
   core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
   CollCall c = make_call(algo::Collective::AllReduce, OpKind::AllReduce, kOp, send, recv, count, type, &op, -1, bytes);
-  resolve(impl, c, opts.algorithm);
+  c.in_place = send == recv;
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -654,7 +685,7 @@ CollCall prepare_broadcast(Communicator::Impl& impl, const void* send, void* rec
   }
   CollCall c =
       make_call(algo::Collective::Broadcast, OpKind::Broadcast, kOp, send, recv, count, type, nullptr, root, bytes);
-  resolve(impl, c, opts.algorithm);
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -671,7 +702,7 @@ CollCall prepare_reduce(Communicator::Impl& impl, const void* send, void* recv, 
     core::check_overlap(kOp, send, bytes, recv, bytes, recv, "requires send == recv");
   }
   CollCall c = make_call(algo::Collective::Reduce, OpKind::Reduce, kOp, send, recv, count, type, &op, root, bytes);
-  resolve(impl, c, opts.algorithm);
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -687,7 +718,8 @@ CollCall prepare_all_gather(Communicator::Impl& impl, const void* send, void* re
   core::check_overlap(kOp, send, bytes, recv, total, in_place, "requires send == recv + rank * send_count");
   CollCall c = make_call(algo::Collective::AllGather, OpKind::AllGather, kOp, send, recv, send_count, type, nullptr,
                          -1, bytes);
-  resolve(impl, c, opts.algorithm);
+  c.in_place = send == in_place;
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -705,7 +737,8 @@ CollCall prepare_reduce_scatter(Communicator::Impl& impl, const void* send, void
   core::check_overlap(kOp, send, total, recv, bytes, in_place, "requires recv == send + rank * recv_count");
   CollCall c = make_call(algo::Collective::ReduceScatter, OpKind::ReduceScatter, kOp, send, recv, recv_count, type,
                          &op, -1, bytes);
-  resolve(impl, c, opts.algorithm);
+  c.in_place = send == in_place;
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -719,7 +752,8 @@ CollCall prepare_all_to_all(Communicator::Impl& impl, const void* send, void* re
   core::check_overlap(kOp, send, total, recv, total, recv, "requires send == recv");
   CollCall c = make_call(algo::Collective::AllToAll, OpKind::AllToAll, kOp, send, recv, count_per_peer, type, nullptr,
                          -1, total);
-  resolve(impl, c, opts.algorithm);
+  c.in_place = send == recv;
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -738,7 +772,7 @@ CollCall prepare_gather(Communicator::Impl& impl, const void* send, void* recv, 
   }
   CollCall c =
       make_call(algo::Collective::Gather, OpKind::Gather, kOp, send, recv, send_count, type, nullptr, root, bytes);
-  resolve(impl, c, opts.algorithm);
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -757,14 +791,14 @@ CollCall prepare_scatter(Communicator::Impl& impl, const void* send, void* recv,
   }
   CollCall c =
       make_call(algo::Collective::Scatter, OpKind::Scatter, kOp, send, recv, recv_count, type, nullptr, root, bytes);
-  resolve(impl, c, opts.algorithm);
+  resolve(impl, c, opts);
   return c;
 }
 
 CollCall prepare_barrier(Communicator::Impl& impl, const CallOptions& opts) {
   CollCall c = make_call(algo::Collective::Barrier, OpKind::Barrier, "barrier", nullptr, nullptr, 0, DataType::UInt8,
                          nullptr, -1, 0);
-  resolve(impl, c, opts.algorithm);
+  resolve(impl, c, opts);
   return c;
 }
 
@@ -1132,11 +1166,17 @@ std::vector<std::string> algorithm_names(std::string_view collective) {
 }
 
 std::string Communicator::automatic_algorithm(std::string_view collective, size_t count, DataType type) const {
+  return automatic_algorithm(collective, count, type, CallOptions{});
+}
+
+std::string Communicator::automatic_algorithm(std::string_view collective, size_t count, DataType type,
+                                              const CallOptions& opts) const {
   algo::Collective c;
   if (!algo::parse_collective(collective, &c)) algorithm_names(collective);  // throws the precise error
   core::check_dtype("automatic_algorithm", type);
+  const bool registered = opts.registered && uses_registered_tables(*impl_, c, count * core::element_size(type), false);
   return algo::choose_algorithm(shape_of(*impl_, c, count, type, 0), impl_->link,
-                               impl_->calibration[static_cast<int>(c)].data())
+                                calibration_of(*impl_, c, registered, false).data())
       .name;
 }
 
@@ -1167,6 +1207,7 @@ OperationInfo Communicator::last_operation() const {
   const Impl::LastOp& last = impl_->last_op;
   OperationInfo info;
   info.forced = last.forced;
+  info.registered_tables = last.registered;
   info.count = last.count;
   info.bytes_sent = last.sent;
   info.bytes_received = last.received;

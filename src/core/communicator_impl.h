@@ -41,6 +41,12 @@ struct Communicator::Impl {
   algo::LinkModel link;        // the slowest level: between hosts when there are several
   algo::LinkModel intra_link;  // inside a host
   std::array<std::vector<algo::Calibration>, algo::kNumCollectives> calibration;
+  // The tables for calls with CallOptions::registered of at least registered_from bytes, [0] out of place and
+  // [1] in place, for the collectives that have registered-buffer measurements at this world size and
+  // transport (empty for the others, whose registered_from is 0: their registered calls, as smaller ones, use
+  // `calibration`; uses_registered_tables).
+  std::array<std::array<std::vector<algo::Calibration>, algo::kNumCollectives>, 2> calibration_registered;
+  std::array<std::array<uint64_t, algo::kNumCollectives>, 2> registered_from{};
   algo::Topology topology;
   int local_size = 1;  // ranks on this host, this one included
   // The most ranks per usable CPU on any host of the communicator (base::cores_of), the same on every rank.
@@ -96,17 +102,19 @@ struct Communicator::Impl {
     int root = -1;
     const char* p2p_name = "";  // "send", "recv" or "sendrecv"
     bool forced = false;
+    bool registered = false;  // CollCall::registered
     uint8_t adapt = 0;  // 0: no run-time choice; 1: a near-tie being timed; 2: the agreed fastest
     size_t count = 0;
     uint64_t sent = 0, received = 0;
     double estimate = 0;
   } last_op;
-  // CHORUS_ADAPT: the run-time choice among near-ties, per call shape (key_of(collective, 0, bytes)); the
+  // CHORUS_ADAPT: the run-time choice among near-ties, per call shape (key_of(collective, 0, bytes, registered)); the
   // previous call's entry skips the lookup.
   std::unordered_map<uint64_t, core::AdaptState> adapt;
   uint64_t adapt_last_key = ~uint64_t{0};
   core::AdaptState* adapt_last = nullptr;
-  std::set<std::pair<int, size_t>> logged_choices;  // (collective, bytes) whose choice was logged
+  // (collective x 2 + registered-buffer tables, bytes) whose choice was logged
+  std::set<std::pair<int, size_t>> logged_choices;
   // Choices already made, so the small-message path does not evaluate every formula on every call: key
   // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).
   std::unordered_map<uint64_t, std::pair<const algo::Algorithm*, double>> choices;

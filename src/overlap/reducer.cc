@@ -55,13 +55,15 @@ namespace {
 
 // 64-byte aligned storage for one bucket (never null, even when empty, so that count-0 calls get a pointer).
 // Buckets of 64 KiB and more are registered memory (chorus::mem_alloc), which the ranks on a host read from
-// each other in place.
+// each other in place; their all_reduces say so (CallOptions::registered). That is decided by the size alone,
+// which every rank shares, never by whether mem_alloc succeeded here: the ranks must agree on the flag.
 class AlignedBytes {
  public:
   static constexpr size_t kRegisteredBytes = size_t{64} << 10;
+  static bool meant_registered(size_t n) { return n >= kRegisteredBytes; }
   AlignedBytes() = default;
   explicit AlignedBytes(size_t n) : n_(n) {
-    if (n >= kRegisteredBytes) {
+    if (meant_registered(n)) {
       try {
         p_ = static_cast<std::byte*>(mem_alloc(n));
         registered_ = true;
@@ -118,6 +120,7 @@ struct Reducer::Impl {
     std::byte* data = nullptr;
     size_t count = 0;
     DataType type = DataType::Float32;
+    CallOptions call;               // registered: its bucket is (AlignedBytes::meant_registered)
     int parameters = 0;             // how many parameters it waits for
     std::atomic<int> remaining{0};  // of those, still unmarked this step (written by the caller's thread)
     bool launched = false;          // this step; ReadyOrder: caller's thread; else scheduler thread
@@ -210,6 +213,7 @@ struct Reducer::Impl {
       u.unit = std::move(cut[k]);
       u.type = buckets[u.unit.bucket].dtype;
       u.data = storage[u.unit.bucket].data() + u.unit.offset;
+      u.call.registered = AlignedBytes::meant_registered(storage[u.unit.bucket].size());
       u.count = u.unit.bytes / std::max<size_t>(dtype_size(u.type), 1);
       u.parameters = static_cast<int>(u.unit.parameters.size());
       u.remaining.store(u.parameters, std::memory_order_relaxed);
@@ -234,7 +238,7 @@ struct Reducer::Impl {
       }
       ReduceOp op = options.average ? ReduceOp::Avg : ReduceOp::Sum;
       try {
-        u.work = comm->all_reduce_async(u.data, u.data, u.count, u.type, op);
+        u.work = comm->all_reduce_async(u.data, u.data, u.count, u.type, op, u.call);
       } catch (...) {
         // A communicator that failed earlier refuses new work; finalize() reports it.
         keep_ready_order_error(next_launch - 1);
@@ -363,7 +367,7 @@ struct Reducer::Impl {
       if (u.count > 0) {
         std::optional<TraceScope> span;
         if (trace_enabled()) span.emplace(unit_name(best) + " all_reduce", "reducer");
-        comm->all_reduce(u.data, u.data, u.count, u.type, op);
+        comm->all_reduce(u.data, u.data, u.count, u.type, op, u.call);
       }
       last_done = Clock::now();
     }

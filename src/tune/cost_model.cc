@@ -28,6 +28,23 @@ double number(const json& j, const char* key, const std::string& source, double 
   return v;
 }
 
+// An algorithm's table of times (`field`: "measured" or "registered"), ascending in bytes; empty when absent.
+std::vector<std::pair<double, double>> times(const json& f, const std::string& key, const char* field,
+                                             const std::string& source) {
+  std::vector<std::pair<double, double>> out;
+  if (!f.contains(field)) return out;
+  if (!f[field].is_array()) bad(source, fmt::format("algorithms.{}.{} must be an array", key, field));
+  for (const json& pt : f[field]) {
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() || !(pt[0].get<double>() >= 1) ||
+        !(pt[1].get<double>() > 0) || !(pt[1].get<double>() < 1e6)) {
+      bad(source, fmt::format("algorithms.{}.{}: each point is [bytes >= 1, seconds > 0]", key, field));
+    }
+    out.emplace_back(pt[0].get<double>(), pt[1].get<double>());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 Tuning parse_tuning(const std::string& text, const std::string& source) {
@@ -76,17 +93,9 @@ Tuning parse_tuning(const std::string& text, const std::string& source) {
             }
             std::sort(c.corrections.begin(), c.corrections.end());
           }
-          if (f.contains("measured")) {
-            if (!f["measured"].is_array()) bad(source, fmt::format("algorithms.{}.measured must be an array", key));
-            for (const json& pt : f["measured"]) {
-              if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
-                  !(pt[0].get<double>() >= 1) || !(pt[1].get<double>() > 0) || !(pt[1].get<double>() < 1e6)) {
-                bad(source, fmt::format("algorithms.{}.measured: each point is [bytes >= 1, seconds > 0]", key));
-              }
-              c.measured.emplace_back(pt[0].get<double>(), pt[1].get<double>());
-            }
-            std::sort(c.measured.begin(), c.measured.end());
-          }
+          c.measured = times(f, key, "measured", source);
+          c.registered = times(f, key, "registered", source);
+          c.registered_in_place = times(f, key, "registered_in_place", source);
           le.algorithms[key] = c;
         }
       }
@@ -116,10 +125,13 @@ std::string tuning_to_json(const Tuning& tuning) {
         json corr = json::array();
         for (const auto& [bytes, ratio] : c.corrections) corr.push_back({bytes, ratio});
         algos[key] = {{"latency", c.latency}, {"bandwidth", c.bandwidth}, {"corrections", corr}};
-        if (!c.measured.empty()) {
-          json meas = json::array();
-          for (const auto& [bytes, seconds] : c.measured) meas.push_back({bytes, seconds});
-          algos[key]["measured"] = meas;
+        using Table = std::pair<const char*, const std::vector<std::pair<double, double>>*>;
+        for (const auto& [name, table] : {Table{"measured", &c.measured}, Table{"registered", &c.registered},
+                                          Table{"registered_in_place", &c.registered_in_place}}) {
+          if (table->empty()) continue;
+          json points = json::array();
+          for (const auto& [bytes, seconds] : *table) points.push_back({bytes, seconds});
+          algos[key][name] = points;
         }
       }
       json entry = {{"world_size", e.world_size},
@@ -211,6 +223,19 @@ std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Col
 bool same_core_regime(double measured, double here) {
   if (measured <= 0 || here <= 0) return true;
   return (measured > 1) == (here > 1);
+}
+
+double use_registered(std::vector<algo::Calibration>& cal, bool in_place) {
+  double smallest = 0;
+  for (algo::Calibration& c : cal) {
+    const auto& table = in_place ? c.registered_in_place : c.registered;
+    if (table.empty()) continue;
+    const double from = table.front().first;
+    std::erase_if(c.measured, [from](const std::pair<double, double>& pt) { return pt.first >= from; });
+    c.measured.insert(c.measured.end(), table.begin(), table.end());
+    smallest = smallest > 0 ? std::min(smallest, from) : from;
+  }
+  return smallest;
 }
 
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,

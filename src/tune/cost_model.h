@@ -67,6 +67,13 @@ bool same_core_regime(double measured, double here);
 // Calibration for every algorithm of `c` from an entry, in algorithms_for(c) order.
 std::vector<algo::Calibration> calibration_for(const LinkEntry& entry, algo::Collective c);
 
+// For calls whose buffers are registered (CallOptions::registered): each algorithm's `measured` table takes
+// its `registered` times (`registered_in_place` for in-place calls) from their first size up, where it has them.
+// Returns the smallest size any of them starts at: calls below it choose from the heap tables, as an algorithm timed
+// only with registered buffers (none of its heap times kept) would otherwise be judged below its table by
+// extrapolation. 0: no algorithm had registered times (`cal` is unchanged; such calls choose as any other).
+double use_registered(std::vector<algo::Calibration>& cal, bool in_place = false);
+
 // Measured tables for a world size that was not measured itself, between two that were: for every algorithm
 // of `c` measured at both the nearest smaller and the nearest larger world size of `transport` (in the tuning
 // entry_for draws from), its time at each byte count both tables cover, interpolated linearly in log(time)
