@@ -8,7 +8,12 @@ src/tune/builtin_tuning.cc. Within a measured range the cost model then believes
 Calibration in src/algo/registry.h); chorus-tune's probes still shape the estimates elsewhere and at other
 world sizes.
 
-  scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [FILES...]
+  scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [--registered [--in-place]] [FILES...]
+
+Tables timed with registered buffers (scripts/algo-bench.sh REGISTERED=1; a generation marked "registered")
+go into each algorithm's "registered" table instead of "measured", and those timed in place too (IN_PLACE=1;
+marked "in_place") into "registered_in_place": the cost model uses them for calls made with
+CallOptions::registered, out of place and in place.
 
 Without FILES: the tables of GENERATIONS below. A generation is a set of runs of one state of the transports
 on one kind of host; for each (transport, collective, world size, kind of host) the newest generation that
@@ -42,7 +47,11 @@ summary = import_module("algo-summary")
 EARLIER_HOST_COPY_GBPS = 8.0
 
 # Oldest first. Add a generation when a transport change makes the older tables misleading. A plain list of
-# directories is a generation of the earlier host; {"dirs": [...], "copy_gbps": X} one of another kind.
+# directories is a generation of the earlier host; {"dirs": [...], "copy_gbps": X} one of another kind; with
+# "registered": True, its tables were timed with registered buffers (chorus-perf -R 1) and fill the
+# "registered" tables, which the newest registered generation of a (transport, collective, world size, kind)
+# decides alone, as the newest plain one decides "measured"; with "in_place": True as well, the
+# "registered_in_place" tables (chorus-perf --algos-in-place), likewise.
 GENERATIONS = [
     # The first sweep and its partial rerun (2026-11-30, before the shm small-message path and prefaulting),
     # and a third tcp run (13:43-13:57 UTC): the tcp transport changed only by per-frame savings that shift every
@@ -161,14 +170,36 @@ GENERATIONS = [
      "docs/data/algos-s28-bcast-max-tcp-2", "docs/data/algos-s28-bcast-max-tcp-hot2",
      "docs/data/algos-s28-bcast-max-shm", "docs/data/algos-s28-bcast-max-shm-hot",
      "docs/data/algos-s28-bcast-max-shm-2", "docs/data/algos-s28-bcast-max-shm-hot2"],
+    # shm with registered buffers (thirtieth session, commit da1a2ab + the registered-table scripts), on the
+    # fourth host (copy probe 26.0 GB/s: the second kind). chorus-perf -R 1 lets the transport read every
+    # payload from 64 KiB in place; the heap tables chose hierarchical for 2-rank all_reduce at 512 KiB, 1.89
+    # times rabenseifner's time, and recursive_doubling at 64 MiB, 1.3-1.6 times ring's. The six collectives
+    # at 2 and 4 ranks from 64 KiB (AVERAGE=3 for broadcast and reduce, as their heap tables).
+    # Four sweeps: two cold (algos-reg-h4, -h4-2) and two hot (ROTATE=0: -h4-hot, -h4-hot2), 16:39-16:47 UTC.
+    {"dirs": ["docs/data/algos-reg-h4", "docs/data/algos-reg-h4-2", "docs/data/algos-reg-h4-hot",
+              "docs/data/algos-reg-h4-hot2"], "copy_gbps": 40.0, "registered": True},
+    # The same in place (IN_PLACE=1, chorus-perf --algos-in-place), for the collectives whose every rank passes
+    # both buffers: all_reduce, all_gather, reduce_scatter, all_to_all. In place, 2-rank all_reduce with
+    # registered buffers ran recursive doubling 1.13-1.25 times the ring-like algorithms' time from 1 to 4 MiB,
+    # where out of place it is 2 times faster, and the Reducer's buckets are all-reduced in place. Two cold and two
+    # hot sweeps of the commit above, 17:0x UTC.
+    {"dirs": ["docs/data/algos-reg-h4-inplace", "docs/data/algos-reg-h4-inplace2", "docs/data/algos-reg-h4-inplace-hot",
+              "docs/data/algos-reg-h4-inplace-hot2"], "copy_gbps": 40.0, "registered": True, "in_place": True},
 ]
 
 
+def table_field(registered, in_place):
+    """The calibration field a table of that kind of run fills."""
+    if in_place and not registered:
+        sys.exit("fit-measured.py: in-place tables are kept for registered buffers only")
+    return "registered_in_place" if in_place else "registered" if registered else "measured"
+
+
 def generation_dirs(g):
-    """(directories, copy_gbps) of a GENERATIONS item."""
+    """(directories, copy_gbps, the calibration field its tables fill) of a GENERATIONS item."""
     if isinstance(g, dict):
-        return g["dirs"], float(g["copy_gbps"])
-    return g, EARLIER_HOST_COPY_GBPS
+        return g["dirs"], float(g["copy_gbps"]), table_field(g.get("registered", False), g.get("in_place", False))
+    return g, EARLIER_HOST_COPY_GBPS, "measured"
 
 
 def same_kind(a, b):
@@ -178,20 +209,22 @@ def same_kind(a, b):
 
 
 def default_files():
-    """[(path, copy_gbps), ...]: per (transport, coll, n, kind of host), the newest generation's tables."""
-    newest = {}  # (transport, coll, n, copy_gbps) -> (generation, [paths])
+    """[(path, copy_gbps, field), ...]: per (transport, coll, n, kind of host, calibration field), the newest
+    generation's tables."""
+    newest = {}  # (transport, coll, n, copy_gbps, field) -> (generation, [paths])
     for g, item in enumerate(GENERATIONS):
-        dirs, copy = generation_dirs(item)
+        dirs, copy, field = generation_dirs(item)
         for d in dirs:
             for path in sorted(glob.glob(os.path.join(d, "algos-*-*-*ranks.txt"))):
                 m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", os.path.basename(path))
                 if not m:
                     continue
-                key = (m.group(1), m.group(2), int(m.group(3)), copy)
+                key = (m.group(1), m.group(2), int(m.group(3)), copy, field)
                 if key not in newest or newest[key][0] < g:
                     newest[key] = (g, [])
                 newest[key][1].append(path)
-    return [(p, key[3]) for key, (_, paths) in sorted(newest.items(), key=lambda kv: (kv[1][0], kv[0])) for p in paths]
+    return [(p, key[3], key[4])
+            for key, (_, paths) in sorted(newest.items(), key=lambda kv: (kv[1][0], kv[0])) for p in paths]
 
 
 # The stolen share (%) above which a row is left out when another run timed that size quiet (chorus-perf's
@@ -212,9 +245,19 @@ def main():
     ap.add_argument("--source", default="src/tune/builtin_tuning.cc")
     ap.add_argument("--copy-gbps", type=float, default=EARLIER_HOST_COPY_GBPS,
                     help="the kind of host FILES were measured on (its entries' copy_gbps)")
+    ap.add_argument("--registered", action="store_true",
+                    help="FILES were timed with registered buffers (algo-bench.sh REGISTERED=1): fill the "
+                         "'registered' tables")
+    ap.add_argument("--in-place", action="store_true",
+                    help="with --registered: FILES were timed in place (IN_PLACE=1): fill the "
+                         "'registered_in_place' tables")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
-    files = [(f, args.copy_gbps) for f in args.files] if args.files else default_files()
+    if args.files:
+        field = table_field(args.registered, args.in_place)
+        files = [(f, args.copy_gbps, field) for f in args.files]
+    else:
+        files = default_files()
     data = json.load(open(args.json))
     # (transport, coll, n) -> algorithm -> size -> [(seconds, stolen), ...]: several runs of one table are
     # combined by their geometric mean, which damps the run-to-run spread of oversubscribed timings. A row
@@ -222,11 +265,11 @@ def main():
     # stolen_rows: the runs' --json, or chorus-perf's notes) is left out wherever another run has that size
     # quiet: it measured the host more than the algorithm.
     tables = {}
-    for path, copy in files:
+    for path, copy, field in files:
         m = re.search(r"algos-(\w+)-(\w+)-(\d+)ranks", path)
         if not m:
             continue
-        key = (m.group(1), m.group(2), int(m.group(3)), copy)
+        key = (m.group(1), m.group(2), int(m.group(3)), copy, field)
         algos, rows = summary.parse(path)
         stolen = summary.stolen_rows(path)
         per_algo = tables.setdefault(key, {})
@@ -236,7 +279,7 @@ def main():
                     was_stolen = (stolen.get(size) or 0) > STOLEN_LIMIT
                     per_algo.setdefault(a, {}).setdefault(size, []).append((times[a] * 1e-6, was_stolen))
     updated = 0
-    for (transport, coll, n, copy), per_algo in sorted(tables.items()):
+    for (transport, coll, n, copy, field), per_algo in sorted(tables.items()):
         entries = [e for e in data["transports"].get(transport, [])
                    if e["world_size"] == n and same_kind(e.get("copy_gbps", 0), copy)]
         if not entries:
@@ -247,7 +290,7 @@ def main():
         for a, by_size in per_algo.items():
             points = sorted((size, geometric_mean(samples)) for size, samples in by_size.items())
             c = calib.setdefault(f"{coll}/{a}", {"latency": 1.0, "bandwidth": 1.0, "corrections": []})
-            c["measured"] = [[float(b), t] for b, t in points]
+            c[field] = [[float(b), t] for b, t in points]
             updated += 1
     with open(args.json, "w") as f:
         f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
