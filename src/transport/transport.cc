@@ -34,7 +34,8 @@ void throw_frame_mismatch(const FrameHeader& h, const MessageTag& expected, size
       got.algo != expected.algo) {
     hint =
         " (the ranks chose different algorithms: is CHORUS_ALGO set the same everywhere, and do the calls "
-        "pass the same CallOptions algorithm and registered flag?)";
+        "pass the same CallOptions algorithm and registered flag, with registered calls in place on every rank "
+        "or on none?)";
   } else if (got.seq != expected.seq) {
     hint = " (the ranks are at different calls: every rank must call the same collectives in the same order)";
   } else if (got.op == expected.op && got.count == expected.count && h.length != expected_len &&
