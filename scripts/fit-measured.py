@@ -174,7 +174,8 @@ GENERATIONS = [
     # fourth host (copy probe 26.0 GB/s: the second kind). chorus-perf -R 1 lets the transport read every
     # payload from 64 KiB in place; the heap tables chose hierarchical for 2-rank all_reduce at 512 KiB, 1.89
     # times rabenseifner's time, and recursive_doubling at 64 MiB, 1.3-1.6 times ring's. The six collectives
-    # at 2 and 4 ranks from 64 KiB (AVERAGE=3 for broadcast and reduce, as their heap tables).
+    # at 2 and 4 ranks from 64 KiB (AVERAGE=3 for broadcast and reduce, as their heap tables); 3 ranks joined
+    # each directory at 17:29-17:36 UTC (commit 09ab3a4 + tables: forced times do not depend on the tables).
     # Four sweeps: two cold (algos-reg-h4, -h4-2) and two hot (ROTATE=0: -h4-hot, -h4-hot2), 16:39-16:47 UTC.
     {"dirs": ["docs/data/algos-reg-h4", "docs/data/algos-reg-h4-2", "docs/data/algos-reg-h4-hot",
               "docs/data/algos-reg-h4-hot2"], "copy_gbps": 40.0, "registered": True},
@@ -182,7 +183,7 @@ GENERATIONS = [
     # both buffers: all_reduce, all_gather, reduce_scatter, all_to_all. In place, 2-rank all_reduce with
     # registered buffers ran recursive doubling 1.13-1.25 times the ring-like algorithms' time from 1 to 4 MiB,
     # where out of place it is 2 times faster, and the Reducer's buckets are all-reduced in place. Two cold and two
-    # hot sweeps of the commit above, 17:0x UTC.
+    # hot sweeps of the commit above, 17:05-17:11 UTC; 3 ranks joined them at 17:33-17:36 UTC.
     {"dirs": ["docs/data/algos-reg-h4-inplace", "docs/data/algos-reg-h4-inplace2", "docs/data/algos-reg-h4-inplace-hot",
               "docs/data/algos-reg-h4-inplace-hot2"], "copy_gbps": 40.0, "registered": True, "in_place": True},
 ]
