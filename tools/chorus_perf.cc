@@ -273,8 +273,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
           ->type_name("ALGO");
   CLI::Option* algos_opt =
       app.add_option("--algos", algos_text,
-                     "Time these algorithms side by side, out of place, in one table with the automatic choice: "
-                     "'all' or a comma-separated list (ring,tree)")
+                     "Time these algorithms side by side, out of place (--algos-in-place: in place), in one table "
+                     "with the automatic choice: 'all' or a comma-separated list (ring,tree)")
           ->type_name("all|LIST");
   app.add_flag("--algos-in-place", o.algos_in_place,
                "With --algos: time in-place calls instead of out-of-place ones (with -R 1 they choose from the "

@@ -108,12 +108,12 @@ struct Communicator::Impl {
     uint64_t sent = 0, received = 0;
     double estimate = 0;
   } last_op;
-  // CHORUS_ADAPT: the run-time choice among near-ties, per call shape (key_of(collective, 0, bytes, registered)); the
-  // previous call's entry skips the lookup.
+  // CHORUS_ADAPT: the run-time choice among near-ties, per call shape (key_of(collective, 0, bytes, registered,
+  // in_place)); the previous call's entry skips the lookup.
   std::unordered_map<uint64_t, core::AdaptState> adapt;
   uint64_t adapt_last_key = ~uint64_t{0};
   core::AdaptState* adapt_last = nullptr;
-  // (collective x 2 + registered-buffer tables, bytes) whose choice was logged
+  // (collective x 4 + 2 x registered-buffer tables + in place with them, bytes) whose choice was logged
   std::set<std::pair<int, size_t>> logged_choices;
   // Choices already made, so the small-message path does not evaluate every formula on every call: key
   // (collective, forced algorithm + 1 or 0, bytes), value (algorithm, its estimate).

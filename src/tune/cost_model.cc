@@ -28,7 +28,8 @@ double number(const json& j, const char* key, const std::string& source, double 
   return v;
 }
 
-// An algorithm's table of times (`field`: "measured" or "registered"), ascending in bytes; empty when absent.
+// An algorithm's table of times (`field`: "measured", "registered" or "registered_in_place"), ascending in
+// bytes; empty when absent.
 std::vector<std::pair<double, double>> times(const json& f, const std::string& key, const char* field,
                                              const std::string& source) {
   std::vector<std::pair<double, double>> out;
