@@ -736,7 +736,8 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
   std::string tuning = temp_path("choices-tuning"), shapes = temp_path("choices-shapes");
   write_file(tuning, R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": 1000,
       "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {
-        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]]},
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]],
+                               "registered": [[65536, 0.0005], [1048576, 0.005]]},
         "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]},
         "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]},
         "broadcast/hierarchical": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]}}}]}})");
@@ -745,10 +746,11 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
   std::string text = "# collective count\n\n";
   for (const auto& [coll, count] : lines) text += fmt::format("{} {}\n", coll, count);
   write_file(shapes, text);
-  auto run_tool = [&](const std::string& file) {
-    std::vector<Child> job{spawn({std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--no-prefix", "--",
-                                  std::string(CHORUS_BIN_DIR) + "/chorus-tune", "--choices-for", file},
-                                 {"CHORUS_TRANSPORT=tcp", "CHORUS_TUNING_FILE=" + tuning}, true)};
+  auto run_tool = [&](const std::string& file, bool registered = false) {
+    std::vector<std::string> argv{std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--no-prefix", "--",
+                                  std::string(CHORUS_BIN_DIR) + "/chorus-tune", "--choices-for", file};
+    if (registered) argv.push_back("--registered");
+    std::vector<Child> job{spawn(argv, {"CHORUS_TRANSPORT=tcp", "CHORUS_TUNING_FILE=" + tuning}, true)};
     wait_all(job, std::chrono::seconds(120));
     return job[0];
   };
@@ -772,6 +774,13 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
   ::unsetenv("CHORUS_TUNING_FILE");
   ASSERT_EQ(expected.size(), lines.size());
   for (const std::string& line : expected) EXPECT_NE(ok.output.find(line), std::string::npos) << line << ok.output;
+  // --registered: the choices of calls with CallOptions::registered, from the registered table where it has one.
+  Child reg = run_tool(shapes, true);
+  ASSERT_TRUE(WIFEXITED(reg.status) && WEXITSTATUS(reg.status) == 0) << reg.output;
+  EXPECT_NE(reg.output.find("registered buffers (CallOptions::registered, out of place)"), std::string::npos)
+      << reg.output;
+  EXPECT_NE(reg.output.find("broadcast 65536 binomial\n"), std::string::npos) << reg.output;
+  EXPECT_NE(reg.output.find("broadcast 4 chain\n"), std::string::npos) << reg.output;  // 16 B: below that table
 
   // A malformed line is named, and so is an unknown collective; every rank still finishes.
   write_file(shapes, "allreduce 8\nallreduce eight\n");

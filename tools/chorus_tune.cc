@@ -2,7 +2,7 @@
 // tuning file (CHORUS_TUNING_FILE loads it), and shows how they change the automatic algorithm choices.
 //
 //   chorus-run -n 2 -- chorus-tune -o tuning.json
-//   chorus-run -n 2 -- chorus-tune --choices-for SHAPES    no measuring: the automatic choice for each
+//   chorus-run -n 2 -- chorus-tune --choices-for SHAPES [--registered]   no measuring: the automatic choice for each
 //                                                          "collective count" line of SHAPES (float32)
 #include <chorus/chorus.h>
 
@@ -22,8 +22,11 @@ constexpr double kStolenWarn = 0.05;
 
 // Prints, on rank 0, "collective count algorithm" for each "collective count" line of `path` (blank lines and
 // lines starting with '#' are skipped): the choice this communicator makes under its tuning, as
-// Communicator::automatic_algorithm gives it. Returns the exit status.
-int print_choices(chorus::Communicator& comm, const std::string& path) {
+// Communicator::automatic_algorithm gives it (for out-of-place calls with CallOptions::registered when
+// `registered`). Returns the exit status.
+int print_choices(chorus::Communicator& comm, const std::string& path, bool registered) {
+  chorus::CallOptions call;
+  call.registered = registered;
   int status = 0;
   if (comm.rank() == 0) {
     std::ifstream in(path);
@@ -31,7 +34,8 @@ int print_choices(chorus::Communicator& comm, const std::string& path) {
       std::fprintf(stderr, "chorus-tune: cannot read %s\n", path.c_str());
       status = 2;
     }
-    std::printf("# chorus-tune choices: %s, %d ranks\n", std::string(comm.transport_name()).c_str(), comm.size());
+    std::printf("# chorus-tune choices: %s, %d ranks%s\n", std::string(comm.transport_name()).c_str(), comm.size(),
+                registered ? ", registered buffers (CallOptions::registered, out of place)" : "");
     std::string line;
     for (int number = 1; status == 0 && std::getline(in, line); ++number) {
       if (line.empty() || line[0] == '#') continue;
@@ -46,7 +50,7 @@ int print_choices(chorus::Communicator& comm, const std::string& path) {
       }
       try {
         std::string algorithm =
-            comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32);
+            comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32, call);
         std::printf("%s %lld %s\n", collective.c_str(), count, algorithm.c_str());
       } catch (const chorus::Error& e) {  // an unknown collective: say which line, and let every rank finish
         std::fprintf(stderr, "chorus-tune: %s:%d: %s\n", path.c_str(), number, e.what());
@@ -80,11 +84,16 @@ int main(int argc, char** argv) {
   app.add_option("--choices-for", choices_for,
                  "measure nothing: print the automatic choice for each \"collective count\" line of this file")
       ->excludes("--output");
+  bool registered = false;
+  app.add_flag("--registered", registered,
+               "with --choices-for: the choices for calls whose buffers are registered (CallOptions::registered, "
+               "out of place)")
+      ->needs("--choices-for");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto comm = chorus::Communicator::from_env();
-    if (!choices_for.empty()) return print_choices(*comm, choices_for);
+    if (!choices_for.empty()) return print_choices(*comm, choices_for, registered);
     chorus::CalibrationOptions opts;
     opts.iterations = iterations;
     opts.large_bytes = large;
