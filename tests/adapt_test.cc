@@ -244,6 +244,54 @@ TEST(Adaptive, QueuedCallsFollowTheSameScheduleOnEveryRank) {
   for (int r = 1; r < kRanks; ++r) EXPECT_EQ(last[r], last[0]) << "rank " << r;
 }
 
+// Calls with CallOptions::registered have shapes of their own: under tables where the heap-buffer times make
+// binomial the clear choice and the registered ones tie three algorithms, interleaved calls of one size keep
+// apart, the registered ones timing their near-ties and the heap ones never adaptive.
+TEST(Adaptive, RegisteredCallsTimeTheNearTiesOfTheirOwnTables) {
+  std::string path = temp_path("adapt_registered");
+  std::ofstream(path) << R"({"chorus_tuning": 1, "transports": {"inproc": [{"world_size": 4, "alpha_us": 1,
+      "overhead_us": 0.1, "beta_ns_per_byte": 0.1, "gamma_ns_per_byte": 0.1, "algorithms": {
+        "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.00045], [1048576, 0.00045]],
+                               "registered": [[4096, 0.00045], [1048576, 0.00045]]},
+        "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.0045], [1048576, 0.0045]],
+                                        "registered": [[4096, 0.00045], [1048576, 0.00045]]},
+        "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[4096, 0.0045], [1048576, 0.0045]],
+                            "registered": [[4096, 0.00045], [1048576, 0.00045]]}}}]}})";
+  ScopedEnv tuning("CHORUS_TUNING_FILE", path);
+  ScopedEnv adapt("CHORUS_ADAPT", "1");
+  constexpr int kRanks = 4, kCalls = 80;
+  constexpr size_t kCount = 16384;  // 64 KiB of floats
+  std::vector<std::vector<CallRecord>> seen(kRanks, std::vector<CallRecord>(2 * kCalls));
+  run_world(kRanks, CommOptions{}, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> buf(kCount);
+    CallOptions registered;
+    registered.registered = true;
+    for (int call = 0; call < 2 * kCalls; ++call) {
+      const bool reg = call % 2 == 1;
+      for (size_t i = 0; i < kCount; ++i) buf[i] = r == 0 ? static_cast<float>((call * 17 + i) % 1000) : -1.f;
+      comm.broadcast(buf.data(), buf.data(), kCount, DataType::Float32, 0, reg ? registered : CallOptions{});
+      ASSERT_EQ(buf[kCount - 1], static_cast<float>((call * 17 + kCount - 1) % 1000)) << "rank " << r;
+      const OperationInfo info = comm.last_operation();
+      seen[r][call] = {info.algorithm, info.adaptive, info.exploring};
+      EXPECT_EQ(info.registered_tables, reg);
+    }
+  });
+  std::remove(path.c_str());
+  std::set<std::string> ran_registered;
+  for (int call = 0; call < 2 * kCalls; ++call) {
+    for (int r = 1; r < kRanks; ++r) EXPECT_EQ(seen[r][call].algorithm, seen[0][call].algorithm) << call;
+    if (call % 2 == 0) {
+      EXPECT_FALSE(seen[0][call].adaptive) << "heap call " << call;
+      EXPECT_EQ(seen[0][call].algorithm, "binomial") << "heap call " << call;
+    } else {
+      EXPECT_TRUE(seen[0][call].adaptive) << "registered call " << call;
+      ran_registered.insert(seen[0][call].algorithm);
+    }
+  }
+  EXPECT_EQ(ran_registered, (std::set<std::string>{"binomial", "scatter_allgather", "chain"}));
+}
+
 TEST(Adaptive, OffByDefaultAndNeverOverridesAForcedAlgorithm) {
   const std::string path = tied_broadcast_tuning();
   ScopedEnv tuning("CHORUS_TUNING_FILE", path);
