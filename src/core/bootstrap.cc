@@ -314,11 +314,14 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     // Calls with CallOptions::registered: the tables measured with registered buffers, out of place and in
     // place, where there are any (only at a measured world size; an interpolated one keeps the heap tables).
     for (int in_place = 0; in_place < 2; ++in_place) {
+      const auto& cals = impl->calibration[c];
+      const bool any = std::any_of(cals.begin(), cals.end(), [in_place](const algo::Calibration& cal) {
+        return !(in_place ? cal.registered_in_place : cal.registered).empty();
+      });
+      if (!any) continue;  // registered_from stays 0: registered calls use `calibration` (most transports)
       std::vector<algo::Calibration>& reg = impl->calibration_registered[in_place][c];
-      reg = impl->calibration[c];
-      const double from = tune::use_registered(reg, in_place != 0);
-      impl->registered_from[in_place][c] = static_cast<uint64_t>(std::max(from, 0.0));
-      if (from <= 0) reg.clear();
+      reg = cals;
+      impl->registered_from[in_place][c] = static_cast<uint64_t>(tune::use_registered(reg, in_place != 0));
     }
   }
   std::string tables_note;
