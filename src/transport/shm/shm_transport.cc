@@ -35,6 +35,7 @@ namespace {
 
 constexpr uint64_t kMagic = 0x314d485353524843;  // "CHRSSHM1"
 constexpr size_t kAlign = 64;                   // frames and payloads start on cache lines
+constexpr size_t kPrefetchLines = 8;            // payload lines a wait for a frame may prefetch (receive)
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
 constexpr uint64_t kProbeValue = 0x5eed5eed5eed5eedull;  // what the cross-memory and registered probes read
 constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
@@ -891,17 +892,19 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   uint64_t tail = ring.tail.load(std::memory_order_relaxed);
   uint64_t& head_seen = peers_[peer].head_seen;
   // Bytes published after `tail`; the shared head is loaded only when the last one read does not cover `need`.
-  // Waiting for a frame (at_frame), the loads of the frame's first two lines (its header and the start of its
-  // payload) are issued beside the head's: when the producer publishes, the three lines cross from its core
-  // together instead of one after the other (the header is read only once the head covers it). A small
-  // exchange (2-rank all_reduce, all_gather, all_to_all of 8-64 B) took 0.75-0.91 of its time so, where the
-  // cache-line round trip between the cores is ~600 ns (docs/performance.md, "Waiting for a frame: its lines
-  // beside the head"). Prefetches never fault, and the lines are wrapped into the ring.
+  // Waiting for a frame (at_frame), the loads of the frame's lines (its header, and as many payload lines as
+  // the peer's last frame had, up to kPrefetchLines) are issued beside the head's: when the producer publishes,
+  // the lines cross from its core together instead of one after the other (the header used to be read only
+  // once the head covered it, the payload after that). 2-rank all_reduce, all_gather and all_to_all of 8 B to
+  // 1 KiB took 0.85-0.97 of their time so, where the cache-line round trip between the cores is ~600 ns
+  // (docs/performance.md, "Waiting for a frame: its lines beside the head"). Prefetches never fault; the
+  // addresses are wrapped into the ring.
   auto available = [&](uint64_t need, bool at_frame = false) {
     if (head_seen - tail < need) {
       if (at_frame) {
-        __builtin_prefetch(data + (tail & (size - 1)));
-        __builtin_prefetch(data + ((tail + kAlign) & (size - 1)));
+        for (uint32_t i = 0; i <= peers_[peer].prefetch_lines; ++i) {
+          __builtin_prefetch(data + ((tail + i * kAlign) & (size - 1)));
+        }
       }
       head_seen = ring.head.load(std::memory_order_acquire);
     }
@@ -937,6 +940,9 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   check_intact_data_frame(h, tag, len, comm_tag_, rank_, peer);
   const bool remote = (h.flags & kFlagRemote) != 0;
   tail += sizeof(FrameHeader);
+  // After a frame of more payload lines than kPrefetchLines (or a descriptor), the next wait prefetches one.
+  const size_t lines = remote ? 1 : round_up(len, kAlign) / kAlign;
+  peers_[peer].prefetch_lines = static_cast<uint32_t>(lines <= kPrefetchLines ? lines : 1);
 
   if (remote) {  // header and descriptor were published together
     Descriptor d;

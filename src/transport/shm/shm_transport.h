@@ -131,6 +131,9 @@ class ShmTransport final : public Transport {
     // only when that does not cover what it needs, so a producer that runs ahead costs one miss per batch.
     uint64_t head = 0;
     uint64_t head_seen = 0;
+    // Payload lines of the peer's last frame, up to kPrefetchLines: how many the next wait for a frame
+    // prefetches beside the header (a collective's calls repeat their sizes).
+    uint32_t prefetch_lines = 1;
     // Stream position before which rewind() does not look at the tail again (after a look that found the
     // consumer too far behind).
     uint64_t rewind_after = 0;
