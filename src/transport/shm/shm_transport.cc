@@ -895,10 +895,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   // Waiting for a frame (at_frame), the loads of the frame's lines (its header, and as many payload lines as
   // the peer's last frame had, up to kPrefetchLines) are issued beside the head's: when the producer publishes,
   // the lines cross from its core together instead of one after the other (the header used to be read only
-  // once the head covered it, the payload after that). 2-rank all_reduce, all_gather and all_to_all of 8 B to
-  // 1 KiB took 0.85-0.97 of their time so, where the cache-line round trip between the cores is ~600 ns
-  // (docs/performance.md, "Waiting for a frame: its lines beside the head"). Prefetches never fault; the
-  // addresses are wrapped into the ring.
+  // once the head covered it, the payload after that). 2-rank all_reduce, all_gather, all_to_all and
+  // reduce_scatter of 8-512 B took 0.77-0.94 of their time so, where the cache-line round trip between the
+  // cores is ~600 ns (docs/performance.md, "Waiting for a frame: its lines beside the head"). Prefetches never
+  // fault; the addresses are wrapped into the ring.
   auto available = [&](uint64_t need, bool at_frame = false) {
     if (head_seen - tail < need) {
       if (at_frame) {
