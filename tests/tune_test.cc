@@ -317,6 +317,13 @@ TEST(TuningFile, RegisteredCallsChooseFromTheRegisteredTables) {
     EXPECT_EQ(comm.automatic_algorithm("allreduce", 1 << 18, DataType::Float32, registered), "direct");
     // 1 KiB: below the registered tables, the heap table decides either way.
     EXPECT_EQ(comm.automatic_algorithm("allreduce", 256, DataType::Float32, registered), "ring");
+    // In place: the in-place tables from their first size (128 KiB here), the heap tables below it and for
+    // heap buffers; each answer is what the calls below run.
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 1 << 18, DataType::Float32, registered, true),
+              "recursive_doubling");
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 16384, DataType::Float32, registered, true), "ring");
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 16384, DataType::Float32, registered, false), "direct");
+    EXPECT_EQ(comm.automatic_algorithm("allreduce", 1 << 18, DataType::Float32, CallOptions{}, true), "ring");
 
     const size_t count = size_t{1} << 18;  // 1 MiB
     float* reg = static_cast<float*>(mem_alloc(2 * count * sizeof(float)));
@@ -734,22 +741,36 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
 // broadcast from 1 KiB to 1 MiB, and the library's own automatic_algorithm as the reference for every line.
 TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing) {
   std::string tuning = temp_path("choices-tuning"), shapes = temp_path("choices-shapes");
+  // all_reduce: the ring fastest on heap buffers and on registered ones out of place, recursive doubling in
+  // place on registered ones, from 64 KiB.
+  std::string allreduce;
+  for (const algo::Algorithm& a : algo::algorithms_for(algo::Collective::AllReduce)) {
+    const std::string name = a.name;
+    const double heap = name == "ring" ? 1e-4 : 5e-4, in_place = name == "recursive_doubling" ? 1e-4 : 5e-4;
+    allreduce += fmt::format(R"({}"allreduce/{}": {{"latency": 1, "bandwidth": 1,
+        "measured": [[1024, {}], [1048576, {}]], "registered": [[65536, {}], [1048576, {}]],
+        "registered_in_place": [[65536, {}], [1048576, {}]]}})",
+                             allreduce.empty() ? "" : ", ", name, heap, heap, heap, heap, in_place, in_place);
+  }
   write_file(tuning, R"({"chorus_tuning": 1, "transports": {"tcp": [{"world_size": 2, "alpha_us": 1000,
       "overhead_us": 0.1, "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1, "algorithms": {
         "broadcast/binomial": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.002], [1048576, 0.02]],
                                "registered": [[65536, 0.0005], [1048576, 0.005]]},
         "broadcast/chain": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.001], [1048576, 0.01]]},
         "broadcast/scatter_allgather": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]},
-        "broadcast/hierarchical": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]}}}]}})");
-  const std::vector<std::pair<std::string, size_t>> lines = {
-      {"broadcast", 65536}, {"broadcast", 4}, {"allreduce", 1000}, {"alltoall", 1}, {"reduce_scatter", 8}};
+        "broadcast/hierarchical": {"latency": 1, "bandwidth": 1, "measured": [[1024, 0.003], [1048576, 0.03]]},
+        )" + allreduce + "}}]}}");
+  const std::vector<std::pair<std::string, size_t>> lines = {{"broadcast", 65536}, {"broadcast", 4},
+                                                             {"allreduce", 1000},  {"allreduce", 65536},
+                                                             {"alltoall", 1},      {"reduce_scatter", 8}};
   std::string text = "# collective count\n\n";
   for (const auto& [coll, count] : lines) text += fmt::format("{} {}\n", coll, count);
   write_file(shapes, text);
-  auto run_tool = [&](const std::string& file, bool registered = false) {
+  auto run_tool = [&](const std::string& file, bool registered = false, bool in_place = false) {
     std::vector<std::string> argv{std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--no-prefix", "--",
                                   std::string(CHORUS_BIN_DIR) + "/chorus-tune", "--choices-for", file};
     if (registered) argv.push_back("--registered");
+    if (in_place) argv.push_back("--in-place");
     std::vector<Child> job{spawn(argv, {"CHORUS_TRANSPORT=tcp", "CHORUS_TUNING_FILE=" + tuning}, true)};
     wait_all(job, std::chrono::seconds(120));
     return job[0];
@@ -781,6 +802,21 @@ TEST(Calibration, ChorusTuneChoicesForPrintsTheLibrarysChoiceAndMeasuresNothing)
       << reg.output;
   EXPECT_NE(reg.output.find("broadcast 65536 binomial\n"), std::string::npos) << reg.output;
   EXPECT_NE(reg.output.find("broadcast 4 chain\n"), std::string::npos) << reg.output;  // 16 B: below that table
+  // --in-place: a broadcast has no in-place tables of its own, so the registered out-of-place ones choose.
+  Child reg_in_place = run_tool(shapes, true, true);
+  ASSERT_TRUE(WIFEXITED(reg_in_place.status) && WEXITSTATUS(reg_in_place.status) == 0) << reg_in_place.output;
+  EXPECT_NE(reg_in_place.output.find("registered buffers (CallOptions::registered, in place)"), std::string::npos)
+      << reg_in_place.output;
+  EXPECT_NE(reg_in_place.output.find("broadcast 65536 binomial\n"), std::string::npos) << reg_in_place.output;
+  // An all_reduce of 256 KiB: the ring everywhere but in place on registered buffers.
+  EXPECT_NE(ok.output.find("allreduce 65536 ring\n"), std::string::npos) << ok.output;
+  EXPECT_NE(reg.output.find("allreduce 65536 ring\n"), std::string::npos) << reg.output;
+  EXPECT_NE(reg_in_place.output.find("allreduce 65536 recursive_doubling\n"), std::string::npos) << reg_in_place.output;
+  EXPECT_NE(reg_in_place.output.find("allreduce 1000 ring\n"), std::string::npos) << reg_in_place.output;  // 4 KB
+  Child heap_in_place = run_tool(shapes, false, true);
+  ASSERT_TRUE(WIFEXITED(heap_in_place.status) && WEXITSTATUS(heap_in_place.status) == 0) << heap_in_place.output;
+  EXPECT_NE(heap_in_place.output.find("tcp, 2 ranks, in place\n"), std::string::npos) << heap_in_place.output;
+  EXPECT_NE(heap_in_place.output.find("allreduce 65536 ring\n"), std::string::npos) << heap_in_place.output;
 
   // A malformed line is named, and so is an unknown collective; every rank still finishes.
   write_file(shapes, "allreduce 8\nallreduce eight\n");

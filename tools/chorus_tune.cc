@@ -2,8 +2,8 @@
 // tuning file (CHORUS_TUNING_FILE loads it), and shows how they change the automatic algorithm choices.
 //
 //   chorus-run -n 2 -- chorus-tune -o tuning.json
-//   chorus-run -n 2 -- chorus-tune --choices-for SHAPES [--registered]   no measuring: the automatic choice for each
-//                                                          "collective count" line of SHAPES (float32)
+//   chorus-run -n 2 -- chorus-tune --choices-for SHAPES [--registered] [--in-place]
+//       no measuring: the automatic choice for each "collective count" line of SHAPES (float32)
 #include <chorus/chorus.h>
 
 #include <CLI/CLI.hpp>
@@ -22,9 +22,9 @@ constexpr double kStolenWarn = 0.05;
 
 // Prints, on rank 0, "collective count algorithm" for each "collective count" line of `path` (blank lines and
 // lines starting with '#' are skipped): the choice this communicator makes under its tuning, as
-// Communicator::automatic_algorithm gives it (for out-of-place calls with CallOptions::registered when
-// `registered`). Returns the exit status.
-int print_choices(chorus::Communicator& comm, const std::string& path, bool registered) {
+// Communicator::automatic_algorithm gives it (for calls with CallOptions::registered when `registered`, in
+// place when `in_place`). Returns the exit status.
+int print_choices(chorus::Communicator& comm, const std::string& path, bool registered, bool in_place) {
   chorus::CallOptions call;
   call.registered = registered;
   int status = 0;
@@ -35,7 +35,9 @@ int print_choices(chorus::Communicator& comm, const std::string& path, bool regi
       status = 2;
     }
     std::printf("# chorus-tune choices: %s, %d ranks%s\n", std::string(comm.transport_name()).c_str(), comm.size(),
-                registered ? ", registered buffers (CallOptions::registered, out of place)" : "");
+                registered ? (in_place ? ", registered buffers (CallOptions::registered, in place)"
+                                       : ", registered buffers (CallOptions::registered, out of place)")
+                           : (in_place ? ", in place" : ""));
     std::string line;
     for (int number = 1; status == 0 && std::getline(in, line); ++number) {
       if (line.empty() || line[0] == '#') continue;
@@ -50,7 +52,7 @@ int print_choices(chorus::Communicator& comm, const std::string& path, bool regi
       }
       try {
         std::string algorithm =
-            comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32, call);
+            comm.automatic_algorithm(collective, static_cast<size_t>(count), chorus::DataType::Float32, call, in_place);
         std::printf("%s %lld %s\n", collective.c_str(), count, algorithm.c_str());
       } catch (const chorus::Error& e) {  // an unknown collective: say which line, and let every rank finish
         std::fprintf(stderr, "chorus-tune: %s:%d: %s\n", path.c_str(), number, e.what());
@@ -87,13 +89,18 @@ int main(int argc, char** argv) {
   bool registered = false;
   app.add_flag("--registered", registered,
                "with --choices-for: the choices for calls whose buffers are registered (CallOptions::registered, "
-               "out of place)")
+               "out of place unless --in-place)")
+      ->needs("--choices-for");
+  bool in_place = false;
+  app.add_flag("--in-place", in_place,
+               "with --choices-for: the choices for in-place calls (send == recv; differs from out of place only "
+               "with --registered, for allreduce, allgather, reducescatter and alltoall)")
       ->needs("--choices-for");
   CLI11_PARSE(app, argc, argv);
 
   try {
     auto comm = chorus::Communicator::from_env();
-    if (!choices_for.empty()) return print_choices(*comm, choices_for, registered);
+    if (!choices_for.empty()) return print_choices(*comm, choices_for, registered, in_place);
     chorus::CalibrationOptions opts;
     opts.iterations = iterations;
     opts.large_bytes = large;

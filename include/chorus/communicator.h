@@ -306,10 +306,12 @@ class CHORUS_API Communicator {
   // its tuning (CHORUS_TUNING_FILE or built-in figures). Every rank computes the same answer. With
   // CHORUS_ADAPT=1 a shape with near-ties may run another of them once timed: last_operation() says which ran.
   std::string automatic_algorithm(std::string_view collective, size_t count, DataType type) const;
-  // The same for an out-of-place call made with `opts` (its `registered` flag; `algorithm` is ignored: this
-  // is the choice made when nothing is forced).
-  std::string automatic_algorithm(std::string_view collective, size_t count, DataType type,
-                                  const CallOptions& opts) const;
+  // The same for a call made with `opts` (its `registered` flag; `algorithm` is ignored: this is the choice
+  // made when nothing is forced), out of place or, with `in_place`, in place (send == recv). In place matters
+  // only under `registered`: all_reduce, all_gather, reduce_scatter and all_to_all then have tables of their
+  // own; for the rooted collectives and for heap buffers the answer is the out-of-place one.
+  std::string automatic_algorithm(std::string_view collective, size_t count, DataType type, const CallOptions& opts,
+                                  bool in_place = false) const;
   // Traffic since creation, and the figures of the last operation. Read them between calls (the same
   // one-thread-at-a-time rule as for operations); they first wait for queued asynchronous operations.
   TrafficCounters traffic() const;

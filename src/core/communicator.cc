@@ -1170,13 +1170,16 @@ std::string Communicator::automatic_algorithm(std::string_view collective, size_
 }
 
 std::string Communicator::automatic_algorithm(std::string_view collective, size_t count, DataType type,
-                                              const CallOptions& opts) const {
+                                              const CallOptions& opts, bool in_place) const {
   algo::Collective c;
   if (!algo::parse_collective(collective, &c)) algorithm_names(collective);  // throws the precise error
   core::check_dtype("automatic_algorithm", type);
-  const bool registered = opts.registered && uses_registered_tables(*impl_, c, count * core::element_size(type), false);
+  // As the calls set CollCall::in_place: only these four collectives have in-place tables.
+  const bool ip = in_place && (c == algo::Collective::AllReduce || c == algo::Collective::AllGather ||
+                               c == algo::Collective::ReduceScatter || c == algo::Collective::AllToAll);
+  const bool registered = opts.registered && uses_registered_tables(*impl_, c, count * core::element_size(type), ip);
   return algo::choose_algorithm(shape_of(*impl_, c, count, type, 0), impl_->link,
-                                calibration_of(*impl_, c, registered, false).data())
+                                calibration_of(*impl_, c, registered, ip).data())
       .name;
 }
 
