@@ -914,8 +914,8 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     for_ring_bytes(data, size, pos, n, [&](char* src, size_t len, size_t off) { std::memcpy(dst + off, src, len); });
   };
   auto next_header = [&](FrameHeader& h) {
-    wait_until([&] { return available(sizeof(FrameHeader), /*at_frame=*/true) >= sizeof(FrameHeader); }, deadline,
-               peer, "data", &tag);
+    wait_until([&] { return available(sizeof(FrameHeader), /*at_frame=*/true) >= sizeof(FrameHeader); }, deadline, peer,
+               "data", &tag);
     get(tail, reinterpret_cast<char*>(&h), sizeof(h));
   };
   FrameHeader h;
