@@ -131,6 +131,34 @@ TEST(ShmRing, SmallFramesGoBackToTheStartOnceTheConsumerCaughtUp) {
   });
 }
 
+TEST(ShmRing, SmallFramesFoundByTheirTrailerKeepTheBookkeeping) {
+  // A consumer waiting for a small frame polls the frame's trailer word rather than the ring's head, so it may
+  // take a frame before the producer's store of the head lands; its later looks at the head must not move
+  // backwards. One-way streams of many small frames (a broadcast's root runs ahead, fills the ring and queues)
+  // of sizes whose trailer shares the last payload line (4, 8, 56 and 68 B), takes a line of its own (60, 64,
+  // 256 and 512 B) or that carry none (516 B), on the smallest ring, so it also laps, pads and fills; the
+  // root changes every 5000 messages. Every element is checked.
+  ScopedEnv ring("CHORUS_SHM_RING_BYTES", std::to_string(kRingBytes));
+  static const size_t kCounts[] = {1, 2, 14, 15, 16, 17, 64, 128, 129};
+  constexpr int kMessages = 60000;
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    std::vector<float> buf(129);
+    for (int m = 0; m < kMessages; ++m) {
+      const size_t n = kCounts[m % 9];
+      const int root = (m / 5000) % 2;
+      if (comm.rank() == root) {
+        for (size_t i = 0; i < n; ++i) buf[i] = value(root, m, i);
+      } else {
+        std::fill(buf.begin(), buf.begin() + static_cast<ptrdiff_t>(n), -1.0f);
+      }
+      comm.broadcast(buf.data(), buf.data(), n, DataType::Float32, root);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(buf[i], value(root, m, i)) << "rank " << comm.rank() << ", message " << m << ", element " << i;
+      }
+    }
+  });
+}
+
 // Large payloads of a sender with nothing else to do stream through the ring (both cores copy), where each
 // rank has a core of its own and the operation sends at least CHORUS_SHM_STREAM_IDLE_BYTES to the peer; every
 // other large payload goes by cross-memory attach (the receiver copies). Which way a payload went shows in

@@ -121,8 +121,9 @@ inline uint32_t header_hash(const uint64_t* w, uint32_t tail) noexcept {  // w: 
 
 // Writes a complete header (checksum included) to dst: composed in registers and stored once, eight words, so
 // a transport can build it in place where it goes (a ring slot) instead of building it and copying it.
+// `reserved1` is the transport's own word (covered by the checksum; 0 unless a transport gives it a meaning).
 inline void encode_header(void* dst, FrameKind kind, const MessageTag& tag, uint64_t length, uint64_t comm_tag,
-                          int src_rank) noexcept {
+                          int src_rank, uint32_t reserved1 = 0) noexcept {
   static_assert(offsetof(FrameHeader, kind) == 4 && offsetof(FrameHeader, algo) == 8 &&
                     offsetof(FrameHeader, root) == 12 && offsetof(FrameHeader, step) == 16 &&
                     offsetof(FrameHeader, src_rank) == 20 && offsetof(FrameHeader, seq) == 24 &&
@@ -140,7 +141,7 @@ inline void encode_header(void* dst, FrameKind kind, const MessageTag& tag, uint
   w[4] = tag.count;
   w[5] = length;
   w[6] = comm_tag;
-  w[7] = uint64_t{header_hash(w, 0)} << 32;  // reserved1 = 0, checksum
+  w[7] = (uint64_t{header_hash(w, reserved1)} << 32) | reserved1;  // reserved1, checksum
   std::memcpy(dst, w, sizeof(w));
 }
 

@@ -149,6 +149,12 @@ class ShmTransport final : public Transport {
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
   uint64_t ring_room(Peer& p, uint64_t head, size_t need);
+  // The trailer word of a small frame at stream position `pos` of a ring of this communicator: different for
+  // every position (below 2^63), with the top bit set, so neither a fresh ring's zeros nor an earlier lap's
+  // trailer at the same place can pass for it, and mixed with the communicator's random tag, so payload bytes
+  // left there by an earlier lap match it by chance only (2^-63 a look).
+  static constexpr uint64_t kTrailerSalt = 0xc3a5e1f09b27d44bull;
+  uint64_t trailer_word(uint64_t pos) const noexcept { return (pos ^ comm_tag_ ^ kTrailerSalt) | (uint64_t{1} << 63); }
   template <class Ready>
   void wait_until(Ready&& ready, const base::Deadline& deadline, int peer, const char* what, const MessageTag* tag);
   void ring_doorbell(int peer);
