@@ -77,8 +77,9 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 // The word at `at` in a ring, where a consumer expects a small frame's trailer (ShmTransport::receive). Until
 // the frame is published the producer may be writing those bytes as part of another frame (a queued frame, which
 // carries no trailer, or the payload of a frame of another length, which fails the call anyway): the value is
-// then compared and discarded, never used. ThreadSanitizer reports that read as a race with the producer's
-// copy; tests/tsan.supp names this function for it. A match is an acquire of the producer's release store.
+// then compared and discarded, never used. ThreadSanitizer would report such a read as a race with the
+// producer's copy; tests/tsan.supp names this function for it. A match is an acquire of the producer's release
+// store.
 __attribute__((noinline)) uint64_t probe_trailer(const char* at) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(at), __ATOMIC_ACQUIRE);
 }
