@@ -15,15 +15,14 @@
 #include <exception>
 #include <map>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <thread>
 #include <utility>
 
 #include "base/error.h"
 #include "base/logging.h"
-#include "chorus/memory.h"
 #include "chorus/trace.h"
+#include "core/staging_bytes.h"
 #include "overlap/bucketing.h"
 
 namespace chorus {
@@ -53,51 +52,6 @@ BucketPolicy parse_bucket_policy(std::string_view name) {
 
 namespace {
 
-// 64-byte aligned storage for one bucket (never null, even when empty, so that count-0 calls get a pointer).
-// Buckets of 64 KiB and more are registered memory (chorus::mem_alloc), which the ranks on a host read from
-// each other in place; their all_reduces say so (CallOptions::registered). That is decided by the size alone,
-// which every rank shares, never by whether mem_alloc succeeded here: the ranks must agree on the flag.
-class AlignedBytes {
- public:
-  static constexpr size_t kRegisteredBytes = size_t{64} << 10;
-  static bool meant_registered(size_t n) { return n >= kRegisteredBytes; }
-  AlignedBytes() = default;
-  explicit AlignedBytes(size_t n) : n_(n) {
-    if (meant_registered(n)) {
-      try {
-        p_ = static_cast<std::byte*>(mem_alloc(n));
-        registered_ = true;
-      } catch (const Error&) {
-        // No memfd here: plain memory works the same, with one more copy on the shm transport.
-      }
-    }
-    if (p_ == nullptr) p_ = static_cast<std::byte*>(::operator new (std::max<size_t>(n, 64), std::align_val_t{64}));
-  }
-  AlignedBytes(AlignedBytes&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), registered_(std::exchange(o.registered_, false)) {}
-  AlignedBytes& operator=(AlignedBytes&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    std::swap(registered_, o.registered_);
-    return *this;
-  }
-  ~AlignedBytes() {
-    if (p_ == nullptr) return;
-    if (registered_) {
-      mem_free(p_);
-    } else {
-      ::operator delete (p_, std::align_val_t{64});
-    }
-  }
-  std::byte* data() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  std::byte* p_ = nullptr;
-  size_t n_ = 0;
-  bool registered_ = false;
-};
-
 // How long an idle scheduler waits before asking the other ranks again when something is ready here but
 // not yet everywhere.
 constexpr auto kPollInterval = std::chrono::microseconds(50);
@@ -120,7 +74,7 @@ struct Reducer::Impl {
     std::byte* data = nullptr;
     size_t count = 0;
     DataType type = DataType::Float32;
-    CallOptions call;               // registered: its bucket is (AlignedBytes::meant_registered)
+    CallOptions call;               // registered: its bucket is (core::StagingBytes::meant_registered)
     int parameters = 0;             // how many parameters it waits for
     std::atomic<int> remaining{0};  // of those, still unmarked this step (written by the caller's thread)
     bool launched = false;          // this step; ReadyOrder: caller's thread; else scheduler thread
@@ -139,7 +93,7 @@ struct Reducer::Impl {
   std::map<std::string, size_t, std::less<>> by_name;
   bool fixed = false;
   std::vector<BucketInfo> buckets;
-  std::vector<AlignedBytes> storage;  // one per bucket
+  std::vector<core::StagingBytes> storage;  // one per bucket
   std::vector<UnitState> units;       // units' order: bucket order (ReadyOrder's launch order)
 
   // ---- the current step (caller's thread) ----
@@ -213,7 +167,7 @@ struct Reducer::Impl {
       u.unit = std::move(cut[k]);
       u.type = buckets[u.unit.bucket].dtype;
       u.data = storage[u.unit.bucket].data() + u.unit.offset;
-      u.call.registered = AlignedBytes::meant_registered(storage[u.unit.bucket].size());
+      u.call.registered = core::StagingBytes::meant_registered(storage[u.unit.bucket].size());
       u.count = u.unit.bytes / std::max<size_t>(dtype_size(u.type), 1);
       u.parameters = static_cast<int>(u.unit.parameters.size());
       u.remaining.store(u.parameters, std::memory_order_relaxed);
