@@ -267,11 +267,118 @@ TEST_P(Async, AGroupOfSmallAllReducesIsFusedAndCorrect) {
         expect_elements(DataType::Float32, out[c].data(), out[c].size(),
                         [&](size_t i) { return sum_of(n, i, c); }, "call " + std::to_string(c));
       }
-      // One fused transfer carried them all.
+      // One fused transfer carried them all. On one rank each all_reduce is a local copy, which fusing would
+      // only add copies to: they run one by one.
       OperationInfo info = comm.last_operation();
       EXPECT_EQ(info.collective, "allreduce");
-      EXPECT_EQ(info.count, total);
-      EXPECT_EQ(comm.traffic().operations - ops_before, 1u);
+      if (n > 1) {
+        EXPECT_EQ(info.count, total);
+        EXPECT_EQ(comm.traffic().operations - ops_before, 1u);
+      } else {
+        EXPECT_EQ(comm.traffic().operations - ops_before, static_cast<uint64_t>(kCalls));
+      }
+    });
+  }
+}
+
+// A group fuses a run of all_reduces where the cost model says one call over the communicator's staging buffer,
+// plus copying the inputs in and the results out, beats the calls one by one; the fused call is an in-place
+// call over registered memory (from 64 KiB), and chooses as such a call of its size does. The reference: the
+// same calls made separately, and one call over a mem_alloc buffer, with their estimates.
+TEST_P(Async, AGroupFusesWhereTheModelSaysItPaysAndRunsAsARegisteredCallOfItsSize) {
+  struct Case {
+    int calls;
+    size_t per_call;  // elements
+  };
+  for (Case cs : {Case{16, 250}, Case{32, 1024}, Case{4, size_t{64} << 10}}) {  // 16 KB, 128 KiB, 1 MiB in all
+    run_world(2, options(), [&](Communicator& comm) {
+      const int n = comm.size(), r = comm.rank();
+      const int k = cs.calls;
+      const size_t per_call = cs.per_call, total = k * per_call, bytes = total * sizeof(float);
+      std::vector<std::vector<float>> in(k), out(k);
+      for (int c = 0; c < k; ++c) {
+        in[c].resize(per_call);
+        for (size_t i = 0; i < per_call; ++i) in[c][i] = value(r, i, c);
+      }
+      // The calls one by one: their estimates. Only latency-bound calls are fused: estimated at most twice a
+      // one-element call, and above the time of their two copies.
+      float x = 1.0f, y = 0.0f;
+      comm.all_reduce(&x, &y, 1, DataType::Float32, ReduceOp::Sum);
+      const double one = comm.last_operation().estimated_seconds;
+      double separate = 0;
+      bool each_worth = true;
+      const double rate = (comm.copy_rate_gbps() > 0 ? comm.copy_rate_gbps() : 8.0) * 1e9;
+      for (int c = 0; c < k; ++c) {
+        out[c].assign(per_call, -1.0f);
+        comm.all_reduce(in[c].data(), out[c].data(), per_call, DataType::Float32, ReduceOp::Sum);
+        const double est = comm.last_operation().estimated_seconds;
+        separate += est;
+        each_worth = each_worth && est <= 2.0 * one && 2.0 * static_cast<double>(per_call * sizeof(float)) / rate < est;
+      }
+      // One call of the whole size in place, in plain memory and in registered memory saying so: the group
+      // stages in whichever its tables (registered ones where they exist for this size) expect to be faster.
+      auto one_call = [&](float* buf, bool registered, bool* read_in_place) {
+        for (size_t i = 0; i < total; ++i) buf[i] = value(r, i % per_call, static_cast<int>(i / per_call));
+        CallOptions opts;
+        opts.registered = registered;
+        const uint64_t reads = comm.traffic().registered_reads;
+        comm.all_reduce(buf, buf, total, DataType::Float32, ReduceOp::Sum, opts);
+        *read_in_place = comm.traffic().registered_reads > reads;
+        EXPECT_EQ(buf[total - 1], sum_of(n, per_call - 1, k - 1));
+        return comm.last_operation();
+      };
+      std::vector<float> heap(total);
+      bool heap_in_place = false, reg_in_place = false;
+      const OperationInfo heap_ref = one_call(heap.data(), false, &heap_in_place);
+      auto* reg_buf = static_cast<float*>(mem_alloc(bytes));
+      const OperationInfo reg_ref = one_call(reg_buf, true, &reg_in_place);
+      mem_free(reg_buf);
+      EXPECT_FALSE(heap_ref.registered_tables);
+      EXPECT_FALSE(heap_in_place);
+      if (bytes < (size_t{64} << 10)) {
+        EXPECT_FALSE(reg_ref.registered_tables);  // no registered tables below 64 KiB in the built-in tuning
+      }
+      const bool use_reg = reg_ref.registered_tables && reg_ref.estimated_seconds < heap_ref.estimated_seconds;
+      const OperationInfo& ref = use_reg ? reg_ref : heap_ref;
+      const bool ref_read_in_place = use_reg && reg_in_place;
+      const bool expect_fused =
+          each_worth && ref.estimated_seconds + 2.0 * static_cast<double>(bytes) / rate < separate;
+
+      // The group.
+      for (auto& o : out) o.assign(per_call, -1.0f);
+      const uint64_t ops_before = comm.traffic().operations;
+      const uint64_t reads = comm.traffic().registered_reads;
+      comm.group_start();
+      for (int c = 0; c < k; ++c) {
+        comm.all_reduce(in[c].data(), out[c].data(), per_call, DataType::Float32, ReduceOp::Sum);
+      }
+      comm.group_end();
+      for (int c = 0; c < k; ++c) {
+        expect_elements(
+            DataType::Float32, out[c].data(), per_call, [&](size_t i) { return sum_of(n, i, c); },
+            "call " + std::to_string(c));
+      }
+      const OperationInfo last = comm.last_operation();
+      const uint64_t reads_after = comm.traffic().registered_reads;
+      EXPECT_EQ(comm.traffic().operations - ops_before, expect_fused ? 1u : static_cast<uint64_t>(k))
+          << bytes << " bytes in " << k << " calls: separately " << separate * 1e6 << " us, fused "
+          << ref.estimated_seconds * 1e6 << " us + copies";
+      if (expect_fused) {
+        EXPECT_EQ(last.count, total);
+        EXPECT_EQ(last.registered_tables, ref.registered_tables);
+        EXPECT_EQ(last.algorithm, ref.algorithm) << bytes << " bytes";
+        EXPECT_EQ(reads_after > reads, ref_read_in_place);
+      }
+      if (per_call <= 1024 && GetParam().transport != TransportKind::InProc) {
+        EXPECT_TRUE(expect_fused) << "calls of at most 4 KiB are latency-bound on tcp and shm";
+      }
+      if (per_call == (size_t{64} << 10) && GetParam().transport == TransportKind::Tcp) {
+        EXPECT_FALSE(expect_fused) << "tcp calls of 256 KiB are bandwidth-bound";
+      }
+      if (GetParam().transport == TransportKind::Shm && bytes >= (size_t{64} << 10)) {
+        EXPECT_TRUE(reg_ref.registered_tables) << "the built-in shm tuning has registered tables from 64 KiB";
+        EXPECT_TRUE(reg_in_place) << "and their choice reads the peer's registered buffer in place";
+      }
     });
   }
 }

@@ -287,8 +287,12 @@ class CHORUS_API Communicator {
   // ---- groups (NCCL semantics) ----
   // Between group_start() and the matching group_end(), calls (synchronous or `_async`) are checked and
   // recorded, not run: they return at once, and their buffers belong to Chorus until group_end() returns.
-  // Groups nest; the outermost group_end() runs everything recorded as one submission:
-  //   - consecutive all_reduces with the same dtype and op, each at most 4 MiB, are fused into one transfer;
+  // Groups nest; the outermost group_end() runs everything recorded as one submission, on the calling thread
+  // as a synchronous call does (group_end_async(): on the progress thread):
+  //   - consecutive all_reduces with the same dtype and op are fused into one transfer where the cost model
+  //     expects that to pay: calls small enough to be latency-bound, whose latencies saved outweigh copying
+  //     their buffers into the communicator's staging buffer and back (tens of KiB per call at most; larger
+  //     calls run one by one, as separate calls would);
   //   - consecutive send/recv calls progress together, so any set of matching pairs completes without
   //     deadlock, whatever the message sizes and the order of the calls;
   //   - other collectives run in the recorded order.

@@ -487,6 +487,9 @@ const char* op_name(const Op& op) {
 // All-reduces at most this large are fused inside a group, into transfers at most kFuseMaxTotal large.
 constexpr size_t kFuseMaxBytes = size_t{4} << 20;
 constexpr size_t kFuseMaxTotal = size_t{64} << 20;
+// The copy rate that prices a fusion's two copies when the communicator has none (a tuning without kinds of
+// host, and no CHORUS_COPY_GBPS): the slower kind of host in the built-in tuning.
+constexpr double kFuseDefaultCopyGbps = 8.0;
 
 // A recorded group, planned at group_end on the API thread: runs of fusable all_reduces become one call over
 // a staging buffer, runs of point-to-point calls progress together, the rest runs one by one.
@@ -503,6 +506,74 @@ struct GroupPlan {
 bool fusable(const Op& op) {
   auto* c = std::get_if<CollCall>(&op);
   return c && c->coll == algo::Collective::AllReduce && !c->forced && c->local_bytes <= kFuseMaxBytes;
+}
+
+double copy_bytes_per_second(const Communicator::Impl& impl) {
+  return (impl.copy_gbps > 0 ? impl.copy_gbps : kFuseDefaultCopyGbps) * 1e9;
+}
+
+// Plans ops [begin, end), a run of fusable all_reduces with one dtype and op. Fusing calls saves every call's
+// latency but the first, and costs copying their inputs into the staging buffer and their results out. Small
+// calls gain (16 shm all_reduces of 1 KiB on 2 ranks: 4.6 against 15.6 us; over tcp 21 against 242 us); from
+// some tens of KiB per call the latencies saved are a small part of the time and the copies cost as much or
+// more (16 tcp calls of 4 MiB fused: 42 against 27 ms; bench/group_fusion.cc, docs/performance.md), where the
+// model's estimates are not exact enough to tell a few percent apart. So, by the cost model: only
+// latency-bound calls are fused (estimated at most twice a one-element call: their bandwidth part at most
+// their latency part), and each stretch of them is fused where one fused call plus the copies is estimated
+// faster than its calls one by one. The estimates and the copy rate are the same on every rank, so every rank
+// plans alike.
+void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, size_t end) {
+  const auto& v = plan.ops;
+  const double copy_rate = copy_bytes_per_second(impl);
+  auto copies = [&](size_t bytes) { return 2.0 * static_cast<double>(bytes) / copy_rate; };
+  CollCall one = std::get<CollCall>(v[begin]);
+  one.count = 1;
+  one.local_bytes = dtype_size(one.dtype);
+  one.in_place = false;
+  resolve(impl, one, CallOptions{});
+  auto latency_bound = [&](const CollCall& c) {
+    return c.estimate <= 2.0 * one.estimate && copies(c.local_bytes) < c.estimate;
+  };
+  for (size_t i = begin; i < end;) {
+    size_t j = i + 1;
+    size_t total = std::get<CollCall>(v[i]).local_bytes;
+    double separate = std::get<CollCall>(v[i]).estimate;
+    if (latency_bound(std::get<CollCall>(v[i]))) {
+      while (j < end) {
+        const auto& c = std::get<CollCall>(v[j]);
+        if (!latency_bound(c)) break;
+        total += c.local_bytes;
+        separate += c.estimate;
+        ++j;
+      }
+    }
+    if (j - i > 1) {
+      GroupPlan::Step step{GroupPlan::Step::Fused, i, j};
+      const auto& first = std::get<CollCall>(v[i]);
+      step.fused = first;
+      step.fused.op_name = "all_reduce (fused group)";
+      step.fused.count = total / dtype_size(first.dtype);
+      step.fused.local_bytes = total;
+      step.fused.send = step.fused.recv = nullptr;  // the staging buffer, set when it runs: in place
+      step.fused.in_place = true;
+      // Staged in plain memory, or in registered memory, which local peers read in place, where the tables
+      // measured that way (in place) exist for this size and expect it to be faster. Decided from the model
+      // alone, which every rank shares.
+      CollCall registered = step.fused;
+      resolve(impl, step.fused, CallOptions{});
+      CallOptions reg;
+      reg.registered = true;
+      resolve(impl, registered, reg);
+      if (registered.registered && registered.estimate < step.fused.estimate) step.fused = registered;
+      if (step.fused.estimate + copies(total) < separate) {
+        plan.steps.push_back(std::move(step));
+        i = j;
+        continue;
+      }
+    }
+    for (size_t k = i; k < j; ++k) plan.steps.push_back({GroupPlan::Step::Single, k, k + 1});
+    i = j;
+  }
 }
 
 GroupPlan plan_group(Communicator::Impl& impl, std::vector<Op> ops) {
@@ -523,18 +594,7 @@ GroupPlan plan_group(Communicator::Impl& impl, std::vector<Op> ops) {
         total += c.local_bytes;
         ++j;
       }
-      if (j - i == 1) {
-        plan.steps.push_back({GroupPlan::Step::Single, i, j});
-      } else {
-        GroupPlan::Step step{GroupPlan::Step::Fused, i, j};
-        step.fused = first;
-        step.fused.op_name = "all_reduce (fused group)";
-        step.fused.count = total / dtype_size(first.dtype);
-        step.fused.local_bytes = total;
-        step.fused.send = step.fused.recv = nullptr;
-        resolve(impl, step.fused, CallOptions{});
-        plan.steps.push_back(std::move(step));
-      }
+      plan_fusable_run(impl, plan, i, j);
     } else {
       plan.steps.push_back({GroupPlan::Step::Single, i, j});
     }
@@ -567,8 +627,13 @@ void execute_group(Communicator::Impl& impl, GroupPlan& plan) {
         execute_p2p(impl, p2p.data(), p2p.size());
         break;
       case GroupPlan::Step::Fused: {
-        if (impl.fusion_buffer.size() < step.fused.local_bytes) impl.fusion_buffer.resize(step.fused.local_bytes);
-        std::byte* staging = impl.fusion_buffer.data();
+        // Grown, never shrunk. A registered staging buffer that mem_alloc could not give is plain memory: the
+        // call still chooses as planned (every rank must), which costs speed only.
+        core::StagingBytes& buffer = step.fused.registered ? impl.fusion_registered : impl.fusion_heap;
+        if (buffer.size() < step.fused.local_bytes) {
+          buffer = core::StagingBytes(step.fused.local_bytes, step.fused.registered);
+        }
+        std::byte* staging = buffer.data();
         size_t off = 0;
         for (size_t i = step.begin; i < step.end; ++i) {
           const auto& c = std::get<CollCall>(plan.ops[i]);
@@ -1108,7 +1173,11 @@ void Communicator::group_start() {
 
 namespace {
 // Closes one level of group; at the outermost level, submits what was recorded. Sets *submitted then.
-Work end_group(Communicator::Impl& impl, bool* submitted) {
+// Closes a group level. The outermost group_end plans the recorded calls and runs them: group_end_async on
+// the progress thread, group_end (`sync`) right here on the caller's thread, as a synchronous call runs once
+// the queue has drained (a hand-off to the progress thread and back costs more than a small group's work).
+// Either way the Works of the asynchronous calls recorded in the group complete with the group.
+Work end_group(Communicator::Impl& impl, bool* submitted, bool sync = false) {
   *submitted = false;
   if (impl.group_depth == 0) {
     base::throw_error(ErrorCode::InvalidArgument, "group_end: no group is open (call group_start first)");
@@ -1123,6 +1192,18 @@ Work end_group(Communicator::Impl& impl, bool* submitted) {
     return Work(std::move(state));
   }
   GroupPlan plan = plan_group(impl, std::move(ops));
+  if (sync) {
+    hold_exec_for_sync_call(impl);
+    try {
+      throw_if_failed(impl, "group");  // something queued before the group may have failed
+      execute_group(impl, plan);
+      state->complete();
+    } catch (...) {
+      state->complete(std::current_exception());
+      throw;
+    }
+    return Work(std::move(state));
+  }
   submit_task(impl, "group", state,
               [plan = std::move(plan)](Communicator::Impl& im) mutable { execute_group(im, plan); });
   return Work(std::move(state));
@@ -1136,13 +1217,9 @@ Work Communicator::group_end_async() {
 }
 
 void Communicator::group_end() {
-  Work w;
+  ApiScope api(*impl_, "group_end", Mode::Sync);
   bool submitted;
-  {
-    ApiScope api(*impl_, "group_end");
-    w = end_group(*impl_, &submitted);
-  }
-  if (submitted) w.wait();
+  end_group(*impl_, &submitted, /*sync=*/true);
 }
 
 void Communicator::synchronize() {

@@ -21,6 +21,7 @@
 #include "core/call_gate.h"
 #include "core/config.h"
 #include "core/progress.h"
+#include "core/staging_bytes.h"
 #include "transport/transport.h"
 
 namespace chorus {
@@ -78,7 +79,9 @@ struct Communicator::Impl {
   // exec_mu: held by the thread executing operations (the progress thread, or a synchronous caller once the
   // queue has drained). It guards everything below, up to `choices`, which the API thread owns.
   core::ExecMutex exec_mu{gate};
-  std::vector<std::byte> fusion_buffer;  // staging for fused all_reduces in a group
+  // Staging for fused all_reduces in a group: plain memory, and registered memory for the fused calls that
+  // choose from the registered-buffer tables (GroupPlan). Each grows to the largest such call and is reused.
+  core::StagingBytes fusion_heap, fusion_registered;
   uint64_t next_seq = 0;
   // The context every collective runs in: the constant fields set at creation (core::init_op_context), the
   // call's fields rewritten by each call (make_context in communicator.cc).
