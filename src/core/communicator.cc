@@ -519,7 +519,7 @@ double copy_bytes_per_second(const Communicator::Impl& impl) {
 // more (16 tcp calls of 4 MiB fused: 42 against 27 ms; bench/group_fusion.cc, docs/performance.md), where the
 // model's estimates are not exact enough to tell a few percent apart. So, by the cost model: only
 // latency-bound calls are fused (estimated at most twice a one-element call: their bandwidth part at most
-// their latency part), and each stretch of them is fused where one fused call plus the copies is estimated
+// their latency part; calls of no elements always), and each stretch of them is fused where one fused call plus the copies is estimated
 // faster than its calls one by one. The estimates and the copy rate are the same on every rank, so every rank
 // plans alike.
 void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, size_t end) {
@@ -531,8 +531,9 @@ void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, s
   one.local_bytes = dtype_size(one.dtype);
   one.in_place = false;
   resolve(impl, one, CallOptions{});
+  // A call of no elements adds nothing to a fused call (and a table may time it above a one-element call).
   auto latency_bound = [&](const CollCall& c) {
-    return c.estimate <= 2.0 * one.estimate && copies(c.local_bytes) < c.estimate;
+    return c.local_bytes == 0 || (c.estimate <= 2.0 * one.estimate && copies(c.local_bytes) < c.estimate);
   };
   for (size_t i = begin; i < end;) {
     size_t j = i + 1;
