@@ -519,9 +519,9 @@ double copy_bytes_per_second(const Communicator::Impl& impl) {
 // more (16 tcp calls of 4 MiB fused: 42 against 27 ms; bench/group_fusion.cc, docs/performance.md), where the
 // model's estimates are not exact enough to tell a few percent apart. So, by the cost model: only
 // latency-bound calls are fused (estimated at most twice a one-element call: their bandwidth part at most
-// their latency part; calls of no elements always), and each stretch of them is fused where one fused call plus the copies is estimated
-// faster than its calls one by one. The estimates and the copy rate are the same on every rank, so every rank
-// plans alike.
+// their latency part; calls of no elements always), and each stretch of them is fused where one fused call
+// plus the copies is estimated faster than its calls one by one. The estimates and the copy rate are the same
+// on every rank, so every rank plans alike.
 void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, size_t end) {
   const auto& v = plan.ops;
   const double copy_rate = copy_bytes_per_second(impl);
