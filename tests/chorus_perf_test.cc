@@ -395,6 +395,30 @@ TEST(ChorusPerf, AggregatedIterationsAndTimeCombinations) {
   }
 }
 
+// -m N > 1 issues each iteration's N calls as one group, as nccl-tests' -m does: small all_reduces are fused, so
+// the last call (whose traffic --traffic shows) carries the whole group's data.
+TEST(ChorusPerf, AggregatedAllReducesAreOneGroupAndFused) {
+  // A fixed copy rate picks the built-in tuning's entry, whose estimates decide fusion (sanitizers' memcpy would
+  // otherwise move the creation-time probe).
+  ::setenv("CHORUS_COPY_GBPS", "35", 1);
+  auto sent_with = [](const char* agg) {
+    Result r = run_perf({"allreduce", "-b", "64", "-e", "64", "-n", "3", "-w", "1", "-m", agg, "--traffic"}, 2);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    EXPECT_EQ(rows.size(), 1u) << r.out;
+    if (rows.size() != 1 || rows[0].size() < 17) return uint64_t{0};
+    EXPECT_EQ(rows[0][8], "0") << r.out;   // #wrong, both blocks
+    EXPECT_EQ(rows[0][12], "0") << r.out;
+    EXPECT_EQ(rows[0][16], "yes") << "measured traffic matches the algorithm's formula: " << r.out;
+    return static_cast<uint64_t>(std::stoull(rows[0][14]));
+  };
+  const uint64_t one = sent_with("1"), grouped = sent_with("8");
+  ::unsetenv("CHORUS_COPY_GBPS");
+  EXPECT_GT(one, 0u);
+  // Any 2-rank all_reduce of the fused 512 bytes sends at least half of them; one call of 64 bytes at most 64.
+  EXPECT_GE(grouped, 4 * one) << "one call sent " << one << " bytes, the group's last " << grouped;
+}
+
 TEST(ChorusPerf, JsonFileHoldsTheRows) {
   std::string path = ::testing::TempDir() + "chorus_perf_test." + std::to_string(::getpid()) + ".json";
   std::remove(path.c_str());

@@ -239,7 +239,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("-w,--warmup_iters", o.warmup, "Warm-up iterations at the largest and the smallest size")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("-m,--agg_iters", o.agg, "Collectives per timed iteration")
+  app.add_option("-m,--agg_iters", o.agg,
+                 "Collectives per timed iteration; more than 1: issued as one group (group_start/group_end), as "
+                 "nccl-tests' -m does, so small all_reduces may be fused; the algo and traffic columns then "
+                 "describe the group's last call")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("-c,--check", o.check, "Checked iterations per size (0: no checking)")
@@ -1330,7 +1333,10 @@ class Bench {
     const int iters = iters_for(l.bytes(ts));
     auto start = std::chrono::steady_clock::now();
     for (int iter = 0; iter < iters; ++iter) {
+      // -m N > 1: the iteration's N calls form one group, as nccl-tests' -m does (all_reduces may be fused).
+      if (o_.agg > 1) comm_.group_start();
       for (int a = 0; a < o_.agg; ++a) launch(l, type, op, root, in_place, ts, iter * o_.agg + a, algorithm);
+      if (o_.agg > 1) comm_.group_end();
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
                      (static_cast<double>(iters) * o_.agg);
