@@ -407,7 +407,7 @@ TEST(ChorusPerf, AggregatedAllReducesAreOneGroupAndFused) {
     std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
     EXPECT_EQ(rows.size(), 1u) << r.out;
     if (rows.size() != 1 || rows[0].size() < 17) return uint64_t{0};
-    EXPECT_EQ(rows[0][8], "0") << r.out;   // #wrong, both blocks
+    EXPECT_EQ(rows[0][8], "0") << r.out;  // #wrong, both blocks
     EXPECT_EQ(rows[0][12], "0") << r.out;
     EXPECT_EQ(rows[0][16], "yes") << "measured traffic matches the algorithm's formula: " << r.out;
     return static_cast<uint64_t>(std::stoull(rows[0][14]));
