@@ -484,7 +484,8 @@ const char* op_name(const Op& op) {
 
 // ---- groups
 
-// All-reduces at most this large are fused inside a group, into transfers at most kFuseMaxTotal large.
+// All-reduces at most this large are candidates for fusion inside a group (plan_fusable_run decides), into
+// transfers at most kFuseMaxTotal large.
 constexpr size_t kFuseMaxBytes = size_t{4} << 20;
 constexpr size_t kFuseMaxTotal = size_t{64} << 20;
 // The copy rate that prices a fusion's two copies when the communicator has none (a tuning without kinds of
@@ -1173,8 +1174,7 @@ void Communicator::group_start() {
 }
 
 namespace {
-// Closes one level of group; at the outermost level, submits what was recorded. Sets *submitted then.
-// Closes a group level. The outermost group_end plans the recorded calls and runs them: group_end_async on
+// Closes a group level; at the outermost level sets *submitted. The outermost group_end plans the recorded calls and runs them: group_end_async on
 // the progress thread, group_end (`sync`) right here on the caller's thread, as a synchronous call runs once
 // the queue has drained (a hand-off to the progress thread and back costs more than a small group's work).
 // Either way the Works of the asynchronous calls recorded in the group complete with the group.
