@@ -1174,10 +1174,11 @@ void Communicator::group_start() {
 }
 
 namespace {
-// Closes a group level; at the outermost level sets *submitted. The outermost group_end plans the recorded calls and runs them: group_end_async on
-// the progress thread, group_end (`sync`) right here on the caller's thread, as a synchronous call runs once
-// the queue has drained (a hand-off to the progress thread and back costs more than a small group's work).
-// Either way the Works of the asynchronous calls recorded in the group complete with the group.
+// Closes a group level. The outermost one sets *submitted, plans the recorded calls and runs them:
+// group_end_async on the progress thread, group_end (`sync`) right here on the caller's thread, as a
+// synchronous call runs once the queue has drained (a hand-off to the progress thread and back costs more
+// than a small group's work). Either way the Works of the asynchronous calls recorded in the group complete
+// with the group.
 Work end_group(Communicator::Impl& impl, bool* submitted, bool sync = false) {
   *submitted = false;
   if (impl.group_depth == 0) {
