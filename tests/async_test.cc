@@ -306,11 +306,13 @@ TEST_P(Async, AGroupFusesWhereTheModelSaysItPaysAndRunsAsARegisteredCallOfItsSiz
         in[c].resize(per_call);
         for (size_t i = 0; i < per_call; ++i) in[c][i] = value(r, i, c);
       }
-      // The calls one by one: their estimates. Only latency-bound calls are fused: estimated at most twice a
-      // one-element call, and above the time of their two copies.
+      // The calls one by one: their estimates. A call is fused only if its estimate is above the time of its
+      // two copies, and the fused call plus the copies must be estimated below the calls' sum where each is
+      // latency-bound (at most twice a one-element call's estimate), else at most 0.8 of it.
       float x = 1.0f, y = 0.0f;
       comm.all_reduce(&x, &y, 1, DataType::Float32, ReduceOp::Sum);
       const double one = comm.last_operation().estimated_seconds;
+      bool latency_bound = true;
       double separate = 0;
       bool each_worth = true;
       EXPECT_EQ(comm.copy_rate_gbps(), 35.0);
@@ -320,7 +322,8 @@ TEST_P(Async, AGroupFusesWhereTheModelSaysItPaysAndRunsAsARegisteredCallOfItsSiz
         comm.all_reduce(in[c].data(), out[c].data(), per_call, DataType::Float32, ReduceOp::Sum);
         const double est = comm.last_operation().estimated_seconds;
         separate += est;
-        each_worth = each_worth && est <= 2.0 * one && 2.0 * static_cast<double>(per_call * sizeof(float)) / rate < est;
+        each_worth = each_worth && 2.0 * static_cast<double>(per_call * sizeof(float)) / rate < est;
+        latency_bound = latency_bound && est <= 2.0 * one;
       }
       // One call of the whole size in place, in plain memory and in registered memory saying so: the group
       // stages in whichever its tables (registered ones where they exist for this size) expect to be faster.
@@ -349,7 +352,9 @@ TEST_P(Async, AGroupFusesWhereTheModelSaysItPaysAndRunsAsARegisteredCallOfItsSiz
       const OperationInfo& ref = use_reg ? reg_ref : heap_ref;
       const bool ref_read_in_place = use_reg && reg_in_place;
       const bool expect_fused =
-          each_worth && ref.estimated_seconds + 2.0 * static_cast<double>(bytes) / rate < separate;
+          each_worth &&
+          (latency_bound ? ref.estimated_seconds + 2.0 * static_cast<double>(bytes) / rate < separate
+                         : ref.estimated_seconds + 2.0 * static_cast<double>(bytes) / rate <= 0.8 * separate);
 
       // The group.
       for (auto& o : out) o.assign(per_call, -1.0f);
@@ -377,10 +382,10 @@ TEST_P(Async, AGroupFusesWhereTheModelSaysItPaysAndRunsAsARegisteredCallOfItsSiz
         EXPECT_EQ(reads_after > reads, ref_read_in_place);
       }
       if (per_call <= 1024 && GetParam().transport != TransportKind::InProc) {
-        EXPECT_TRUE(expect_fused) << "calls of at most 4 KiB are latency-bound on tcp and shm";
+        EXPECT_TRUE(expect_fused) << "calls of at most 4 KiB gain from fusion on tcp and shm";
       }
       if (per_call == (size_t{64} << 10) && GetParam().transport == TransportKind::Tcp) {
-        EXPECT_FALSE(expect_fused) << "tcp calls of 256 KiB are bandwidth-bound";
+        EXPECT_FALSE(expect_fused) << "four 2-rank tcp calls of 256 KiB do not";
       }
       if (GetParam().transport == TransportKind::Shm && bytes >= (size_t{64} << 10)) {
         EXPECT_TRUE(reg_ref.registered_tables) << "the built-in shm tuning has registered tables from 64 KiB";

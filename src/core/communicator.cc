@@ -491,6 +491,10 @@ constexpr size_t kFuseMaxTotal = size_t{64} << 20;
 // The copy rate that prices a fusion's two copies when the communicator has none (a tuning without kinds of
 // host, and no CHORUS_COPY_GBPS): the slower kind of host in the built-in tuning.
 constexpr double kFuseDefaultCopyGbps = 8.0;
+// A stretch of all_reduces that are not all latency-bound is fused where that is estimated to take at most this
+// share of their time one by one: the estimates are not exact enough to act on a few percent, and a wrong
+// fusion of large calls costs far more than a missed one of calls that gain little (plan_fusable_run).
+constexpr double kFuseMargin = 0.8;
 
 // A recorded group, planned at group_end on the API thread: runs of fusable all_reduces become one call over
 // a staging buffer, runs of point-to-point calls progress together, the rest runs one by one.
@@ -515,37 +519,39 @@ double copy_bytes_per_second(const Communicator::Impl& impl) {
 
 // Plans ops [begin, end), a run of fusable all_reduces with one dtype and op. Fusing calls saves every call's
 // latency but the first, and costs copying their inputs into the staging buffer and their results out. Small
-// calls gain (16 shm all_reduces of 1 KiB on 2 ranks: 4.6 against 15.6 us; over tcp 21 against 242 us); from
-// some tens of KiB per call the latencies saved are a small part of the time and the copies cost as much or
-// more (16 tcp calls of 4 MiB fused: 42 against 27 ms; bench/group_fusion.cc, docs/performance.md), where the
-// model's estimates are not exact enough to tell a few percent apart. So, by the cost model: only
-// latency-bound calls are fused (estimated at most twice a one-element call: their bandwidth part at most
-// their latency part; calls of no elements always), and each stretch of them is fused where one fused call
-// plus the copies is estimated faster than its calls one by one. The estimates and the copy rate are the same
-// on every rank, so every rank plans alike.
+// calls gain (16 shm all_reduces of 1 KiB on 2 ranks: 4.6 against 15.6 us; over tcp 21 against 242 us); large
+// ones lose (16 shm calls of 1 MiB: 5.4 against 2.6 ms), and in between the model's estimates, off by a
+// quarter either way at some sizes, decide (16 tcp calls of 4 MiB, estimated 3% faster fused, took 1.5 times
+// as long; bench/group_fusion.cc, docs/performance.md). So, by the cost model: a call whose two copies alone
+// take longer than the call is never fused, and each stretch of the others is fused where one fused call plus
+// the copies is estimated faster than its calls one by one: by any margin where every call is latency-bound
+// (estimated at most twice a one-element call; the model, if anything, underestimates what such calls cost
+// one by one), else by at least 1 - kFuseMargin. The estimates and the copy rate are the same on every rank,
+// so every rank plans alike.
 void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, size_t end) {
   const auto& v = plan.ops;
   const double copy_rate = copy_bytes_per_second(impl);
   auto copies = [&](size_t bytes) { return 2.0 * static_cast<double>(bytes) / copy_rate; };
+  // A call of no elements adds nothing to a fused call (and a table may time it above a one-element call).
+  auto worth = [&](const CollCall& c) { return c.local_bytes == 0 || copies(c.local_bytes) < c.estimate; };
   CollCall one = std::get<CollCall>(v[begin]);
   one.count = 1;
   one.local_bytes = dtype_size(one.dtype);
   one.in_place = false;
   resolve(impl, one, CallOptions{});
-  // A call of no elements adds nothing to a fused call (and a table may time it above a one-element call).
-  auto latency_bound = [&](const CollCall& c) {
-    return c.local_bytes == 0 || (c.estimate <= 2.0 * one.estimate && copies(c.local_bytes) < c.estimate);
-  };
+  auto latency_bound = [&](const CollCall& c) { return c.local_bytes == 0 || c.estimate <= 2.0 * one.estimate; };
   for (size_t i = begin; i < end;) {
     size_t j = i + 1;
     size_t total = std::get<CollCall>(v[i]).local_bytes;
     double separate = std::get<CollCall>(v[i]).estimate;
-    if (latency_bound(std::get<CollCall>(v[i]))) {
+    bool all_latency_bound = latency_bound(std::get<CollCall>(v[i]));
+    if (worth(std::get<CollCall>(v[i]))) {
       while (j < end) {
         const auto& c = std::get<CollCall>(v[j]);
-        if (!latency_bound(c)) break;
+        if (!worth(c)) break;
         total += c.local_bytes;
         separate += c.estimate;
+        all_latency_bound = all_latency_bound && latency_bound(c);
         ++j;
       }
     }
@@ -567,7 +573,8 @@ void plan_fusable_run(Communicator::Impl& impl, GroupPlan& plan, size_t begin, s
       reg.registered = true;
       resolve(impl, registered, reg);
       if (registered.registered && registered.estimate < step.fused.estimate) step.fused = registered;
-      if (step.fused.estimate + copies(total) < separate) {
+      const double fused = step.fused.estimate + copies(total);
+      if (all_latency_bound ? fused < separate : fused <= kFuseMargin * separate) {
         plan.steps.push_back(std::move(step));
         i = j;
         continue;
