@@ -1,6 +1,7 @@
 // Reduction kernel throughput against memcpy of the same number of bytes, in cache (32 KiB) and out of
-// cache (64 MiB). Bytes/s counts the size of one buffer per call, as nccl-tests' bus bandwidth does: a
-// reduction reads two buffers and writes one (3x the traffic), memcpy reads one and writes one (2x).
+// cache (64 MiB); memcpy and the streaming copy also at 4 and 16 MiB. Bytes/s counts the size of one buffer per call,
+// as nccl-tests' bus bandwidth does: a reduction reads two buffers and writes one (3x the traffic), memcpy reads one
+// and writes one (2x).
 //
 //   build/bin/kernels_bench --benchmark_filter=Reduce/avx2   (one table; generic, avx2 or avx512)
 #include <benchmark/benchmark.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "chorus/types.h"
+#include "kernels/copy.h"
 #include "kernels/reduce.h"
 
 namespace chorus::kernels {
@@ -79,8 +81,27 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
 }
 
+// The streaming copy (kernels/copy.h) beside memcpy: slower where the buffers fit in the cache, faster where
+// they do not (its stores skip reading the destination's lines).
+void BM_StreamCopy(benchmark::State& state) {
+  const auto bytes = static_cast<size_t>(state.range(0));
+  const std::vector<unsigned char> src(bytes, 1);
+  std::vector<unsigned char> dst(bytes);
+  for (auto _ : state) {
+    stream_copy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+
 void register_all() {
-  benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(kInCache)->Arg(kOutOfCache);
+  benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(kInCache)->Arg(4 << 20)->Arg(16 << 20)->Arg(kOutOfCache);
+  benchmark::RegisterBenchmark("StreamCopy", BM_StreamCopy)
+      ->Arg(kInCache)
+      ->Arg(4 << 20)
+      ->Arg(16 << 20)
+      ->Arg(kOutOfCache);
   const struct {
     const char* name;
     DataType type;

@@ -394,5 +394,89 @@ TEST_P(ShmWakeups, EveryFrameWakesItsSleepingReceiver) {
 INSTANTIATE_TEST_SUITE_P(Ordering, ShmWakeups, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Membarrier" : "Locked"; });
 
+// A rank's own block of a gathering or all-to-all call, and a root's out-of-place copy, stream from 1 MiB
+// with CHORUS_STREAM_COPY=1 (algo::local_copy): every algorithm of those collectives, out of place, with
+// blocks of a mebibyte and 12 bytes, so that the copies' heads and tails are not whole lines.
+TEST(StreamingCopies, EveryAlgorithmThatCopiesItsOwnBlockGivesTheReference) {
+  // Anything but auto, 0 or 1 is refused at creation, naming the variable.
+  for (const char* bad : {"2", "yes", "-1"}) {
+    ScopedEnv env("CHORUS_STREAM_COPY", bad);
+    const std::string what = expect_error(
+        ErrorCode::InvalidArgument, [] { Communicator::create(std::make_shared<MemoryStore>(), 0, 1, CommOptions{}); });
+    EXPECT_NE(what.find("CHORUS_STREAM_COPY"), std::string::npos) << bad << ": " << what;
+  }
+  ScopedEnv stream("CHORUS_STREAM_COPY", "1");
+  constexpr size_t kCount = (size_t{1} << 18) + 3;  // floats per block
+  auto value = [](int rank, size_t i) { return static_cast<float>(rank * 1000003 + static_cast<int>(i % 999983)); };
+  for (TransportKind t : {TransportKind::InProc, TransportKind::Shm}) {
+    for (int n : {2, 3}) {
+      CommOptions o;
+      o.transport = t;
+      o.timeout = std::chrono::seconds(120);
+      run_world(n, o, [&](Communicator& comm) {
+        const int r = comm.rank();
+        const std::string where = transport_label(t) + ", " + std::to_string(n) + " ranks, rank " + std::to_string(r);
+        auto expect_blocks = [&](const std::vector<float>& got, auto&& want, const std::string& what) {
+          size_t wrong = 0;
+          for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != want(i);
+          EXPECT_EQ(wrong, 0u) << what << ", " << where;
+        };
+        std::vector<float> mine(kCount), all(kCount * static_cast<size_t>(n));
+        for (size_t i = 0; i < kCount; ++i) mine[i] = value(r, i);
+        for (const std::string& a : algorithm_names("allgather")) {
+          CallOptions co;
+          co.algorithm = a;
+          std::fill(all.begin(), all.end(), -1.0f);
+          comm.all_gather(mine.data(), all.data(), kCount, DataType::Float32, co);
+          expect_blocks(
+              all, [&](size_t i) { return value(static_cast<int>(i / kCount), i % kCount); }, "allgather " + a);
+        }
+        std::vector<float> a2a_in(kCount * static_cast<size_t>(n)), a2a_out(a2a_in.size());
+        // Block q of rank r's input goes to rank q: value(r, q * kCount + i).
+        for (size_t i = 0; i < a2a_in.size(); ++i) a2a_in[i] = value(r, i);
+        for (const std::string& a : algorithm_names("alltoall")) {
+          CallOptions co;
+          co.algorithm = a;
+          std::fill(a2a_out.begin(), a2a_out.end(), -1.0f);
+          comm.all_to_all(a2a_in.data(), a2a_out.data(), kCount, DataType::Float32, co);
+          expect_blocks(
+              a2a_out,
+              [&](size_t i) {
+                return value(static_cast<int>(i / kCount), static_cast<size_t>(r) * kCount + i % kCount);
+              },
+              "alltoall " + a);
+        }
+        const int root = n - 1;
+        for (const std::string& a : algorithm_names("broadcast")) {
+          CallOptions co;
+          co.algorithm = a;
+          std::vector<float> out(kCount, -1.0f);
+          comm.broadcast(mine.data(), out.data(), kCount, DataType::Float32, root, co);
+          expect_blocks(
+              out, [&](size_t i) { return value(root, i); }, "broadcast " + a);
+        }
+        for (const std::string& a : algorithm_names("gather")) {
+          CallOptions co;
+          co.algorithm = a;
+          std::fill(all.begin(), all.end(), -1.0f);
+          comm.gather(mine.data(), r == root ? all.data() : nullptr, kCount, DataType::Float32, root, co);
+          if (r == root) {
+            expect_blocks(
+                all, [&](size_t i) { return value(static_cast<int>(i / kCount), i % kCount); }, "gather " + a);
+          }
+        }
+        for (const std::string& a : algorithm_names("scatter")) {
+          CallOptions co;
+          co.algorithm = a;
+          std::vector<float> out(kCount, -1.0f);
+          comm.scatter(r == root ? a2a_in.data() : nullptr, out.data(), kCount, DataType::Float32, root, co);
+          expect_blocks(
+              out, [&](size_t i) { return value(root, static_cast<size_t>(r) * kCount + i); }, "scatter " + a);
+        }
+      });
+    }
+  }
+}
+
 }  // namespace
 }  // namespace chorus::testing

@@ -24,6 +24,7 @@
 
 #include "chorus/error.h"
 #include "chorus/types.h"
+#include "kernels/copy.h"
 #include "kernels/half.h"
 #include "kernels/reduce.h"
 
@@ -1030,6 +1031,46 @@ TEST(TypesTest, OutOfRangeEnums) {
     EXPECT_EQ(to_string(type), "?");
   }
   for (int v : {kNumReduceOps, 255}) EXPECT_EQ(to_string(static_cast<ReduceOp>(v)), "?");
+}
+
+// ---- streaming copies (kernels/copy.h) ----
+
+// Against memcpy at every destination alignment within a line, a few source alignments, and lengths around
+// the line size and the 1 MiB from which collectives stream; the bytes either side of the destination stay.
+TEST(StreamCopy, CopiesLikeMemcpyAtEveryAlignmentAndLength) {
+  constexpr size_t kGuard = 128;
+  const size_t lengths[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 4096 + 17, (size_t{1} << 20) + 5};
+  std::mt19937 rng(7);
+  for (size_t len : lengths) {
+    std::vector<unsigned char> src(len + kGuard);
+    for (auto& b : src) b = static_cast<unsigned char>(rng());
+    for (size_t dst_off = 0; dst_off<64; dst_off += len> 4096 ? 13 : 1) {
+      for (size_t src_off : {size_t{0}, size_t{1}, size_t{8}, size_t{33}}) {
+        std::vector<unsigned char> got(len + 2 * kGuard, 0xa5), want(got);
+        kernels::stream_copy(got.data() + kGuard + dst_off, src.data() + src_off, len);
+        std::memcpy(want.data() + kGuard + dst_off, src.data() + src_off, len);
+        ASSERT_EQ(got, want) << "length " << len << ", destination offset " << dst_off << ", source offset " << src_off;
+      }
+    }
+  }
+}
+
+TEST(StreamCopy, PaysOnlyForCopiesOfAMebibyteInAWorkingSetPastTheCache) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const size_t huge = size_t{1} << 40;
+  for (int mode : {-1, 0, 1}) {
+    EXPECT_FALSE(kernels::stream_copy_pays(kMiB - 1, huge, mode)) << mode;
+    EXPECT_FALSE(kernels::stream_copy_pays(0, huge, mode)) << mode;
+  }
+  EXPECT_FALSE(kernels::stream_copy_pays(kMiB, huge, 0));
+  EXPECT_FALSE(kernels::stream_copy_pays(kMiB, 2 * kMiB, -1));  // fits in any last-level cache this runs on
+#if defined(__x86_64__)
+  EXPECT_TRUE(kernels::stream_copy_pays(kMiB, huge, -1));
+  EXPECT_TRUE(kernels::stream_copy_pays(kMiB, 0, 1));
+#else
+  EXPECT_FALSE(kernels::stream_copy_pays(kMiB, huge, -1));
+  EXPECT_FALSE(kernels::stream_copy_pays(kMiB, 0, 1));
+#endif
 }
 
 }  // namespace

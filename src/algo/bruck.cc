@@ -58,7 +58,7 @@ void all_gather_bruck(OpContext& c, const void* send, void* recv, size_t count) 
   const auto* mine = static_cast<const char*>(send);
   if (block == 0) return;
   const OwnBlock own{out, static_cast<size_t>(r) * block, block, mine};
-  if (mine != out + own.off) std::memcpy(out + own.off, mine, block);
+  if (mine != out + own.off) local_copy(c, out + own.off, mine, block, block * static_cast<size_t>(n + 1));
 
   for (int d = 1; d < n; d *= 2) {
     const int m = all_gather_round_blocks(d, n);

@@ -38,7 +38,7 @@ void broadcast_scatter_allgather(OpContext& c, const void* send, void* recv, siz
   const int n = c.size, v = mod(c.rank - root, n);
   auto real = [&](int vr) { return mod(vr + root, n); };
   auto* out = static_cast<char*>(recv);
-  if (v == 0 && send != recv && count > 0) std::memcpy(out, send, count * c.esize);
+  if (v == 0 && send != recv && count > 0) local_copy(c, out, send, count * c.esize, 2 * count * c.esize);
   // What the root sends of its own data comes from the input, not from the copy just made (see OwnBlock).
   const char* src = v == 0 ? static_cast<const char*>(send) : out;
   // Piece i belongs to virtual rank i.

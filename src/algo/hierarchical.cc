@@ -142,7 +142,7 @@ void all_gather_hierarchical(OpContext& c, const void* send, void* recv, size_t 
   auto* out = static_cast<char*>(recv);
   char* mine = out + static_cast<size_t>(c.rank) * block;
   const OwnBlock own{out, static_cast<size_t>(c.rank) * block, block, static_cast<const char*>(send)};
-  if (send != mine && block > 0) std::memcpy(mine, send, block);
+  if (send != mine && block > 0) local_copy(c, mine, send, block, block * static_cast<size_t>(c.size + 1));
   // Stage 1, across hosts: each column member's block to every other member (H-1 blocks cross per rank).
   if (topo.hosts > 1) {
     OpContext s1 = group_context(c, p.column, p.host);
@@ -231,7 +231,6 @@ void broadcast_hierarchical(OpContext& c, const void* send, void* recv, size_t c
   const Topology& topo = *c.topology;
   const Place p = place_of(topo, c.rank);
   const int root_li = topo.local_index(root), root_host = topo.host_of[root];
-  const size_t bytes = count * c.esize;
   CallShape shape;
   shape.esize = c.esize;
   shape.count = count;
@@ -252,8 +251,9 @@ void broadcast_hierarchical(OpContext& c, const void* send, void* recv, size_t c
   };
   // Stage 1: the root's column across hosts. Stage 2: inside each host, from the rank that got it.
   if (topo.hosts > 1 && p.li == root_li) stage(p.column, p.host, root_host, send);
+  // The root takes part in at least one stage (a communicator of one rank never gets here), and a stage's
+  // root copies its input to its output slice by slice (broadcast_binomial, broadcast_chain).
   if (p.local.size() > 1) stage(p.local, p.li, root_li, c.rank == root ? send : recv);
-  if (c.rank == root && send != recv && bytes) std::memcpy(recv, send, bytes);
 }
 
 }  // namespace chorus::algo

@@ -20,7 +20,7 @@ void gather_linear(OpContext& c, const void* send, void* recv, size_t count, int
   }
   auto* out = static_cast<char*>(recv);
   char* mine = out + static_cast<size_t>(root) * block;
-  if (send != mine && block > 0) std::memcpy(mine, send, block);
+  if (send != mine && block > 0) local_copy(c, mine, send, block, block * static_cast<size_t>(c.size + 1));
   for (int i = 1; i < c.size; ++i) {
     int r = mod(root + i, c.size);
     prims.recv(r, out + static_cast<size_t>(r) * block, block);
@@ -40,7 +40,7 @@ void scatter_linear(OpContext& c, const void* send, void* recv, size_t count, in
     prims.send(r, in + static_cast<size_t>(r) * block, block);
   }
   const char* mine = in + static_cast<size_t>(root) * block;
-  if (recv != mine && block > 0) std::memcpy(recv, mine, block);
+  if (recv != mine && block > 0) local_copy(c, recv, mine, block, block * static_cast<size_t>(c.size + 1));
   prims.flush();
 }
 

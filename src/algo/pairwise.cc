@@ -34,7 +34,7 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
     };
     each_partner([&](int partner, size_t at, size_t len) { prims.send(partner, in + at, len); });
     const size_t mine = static_cast<size_t>(c.rank) * block;
-    if (block > 0) std::memcpy(out + mine, in + mine, block);
+    if (block > 0) local_copy(c, out + mine, in + mine, block, 2 * block * static_cast<size_t>(c.size));
     each_partner([&](int partner, size_t at, size_t len) { prims.recv(partner, out + at, len); });
     prims.flush();
     return;

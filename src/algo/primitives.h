@@ -7,11 +7,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "base/time.h"
 #include "chorus/types.h"
+#include "kernels/copy.h"
 #include "kernels/reduce.h"
 #include "transport/transport.h"
 
@@ -113,6 +115,9 @@ struct OpContext {
   // progress thread while the caller may compute, so no send counts as idle (an idle send shares its copy
   // with the sender's core, which then does more work in all than the receiver would alone).
   bool caller_waits = true;
+  // CHORUS_STREAM_COPY: whether large local copies stream (local_copy below); -1: where the working set is
+  // past the cache, 0: never, 1: from 1 MiB.
+  int stream_copy = -1;
 };
 
 class Prims {
@@ -200,5 +205,17 @@ struct OwnBlock {
 inline size_t num_slices(size_t bytes, size_t slice_bytes) { return (bytes + slice_bytes - 1) / slice_bytes; }
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// A copy from this rank's input to its output (its own block of a gathering or all-to-all call, a root's
+// out-of-place copy). `rank_bytes` is what the call touches on each rank (input and output); where that
+// times the ranks on this host is past the last-level cache, the copy streams (kernels/copy.h).
+inline void local_copy(const OpContext& c, void* dst, const void* src, size_t bytes, size_t rank_bytes) {
+  const int local = c.topology != nullptr && c.topology->ranks_per_host > 0 ? c.topology->ranks_per_host : c.size;
+  if (kernels::stream_copy_pays(bytes, rank_bytes * static_cast<size_t>(local), c.stream_copy)) {
+    kernels::stream_copy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
 
 }  // namespace chorus::algo

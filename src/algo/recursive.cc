@@ -183,7 +183,7 @@ void all_gather_recursive_doubling(OpContext& c, const void* send, void* recv, s
   auto at = [&](int b) { return out + static_cast<size_t>(b) * block; };
   auto blocks = [&](int lo, int hi) { return static_cast<size_t>(hi - lo) * block; };
   const OwnBlock own{out, static_cast<size_t>(c.rank) * block, block, static_cast<const char*>(send)};
-  if (send != at(c.rank) && block > 0) std::memcpy(at(c.rank), send, block);
+  if (send != at(c.rank) && block > 0) local_copy(c, at(c.rank), send, block, block * static_cast<size_t>(c.size + 1));
   // Sends of ranges that are just this rank's block read the input (see OwnBlock).
   auto send_range = [&](int peer, int lo, int hi) {
     const size_t from = static_cast<size_t>(lo) * block, bytes = blocks(lo, hi);

@@ -77,7 +77,7 @@ void all_gather_ring(OpContext& c, const void* send, void* recv, size_t count) {
   auto* out = static_cast<char*>(recv);
   const auto* mine = static_cast<const char*>(send);
   if (mine != out + static_cast<size_t>(ring.rank) * block) {
-    std::memcpy(out + static_cast<size_t>(ring.rank) * block, mine, block);
+    local_copy(c, out + static_cast<size_t>(ring.rank) * block, mine, block, block * static_cast<size_t>(n + 1));
   }
   // Step t sends block r-t and receives block r-t-1 straight into place.
   for_each_slice(0, block, c.slice_bytes, [&](size_t off, size_t len) { prims.send(ring.right, mine + off, len); });

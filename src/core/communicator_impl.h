@@ -173,6 +173,7 @@ inline void init_op_context(Communicator::Impl& impl) {
   c.inter_link = &impl.link;
   c.sent_to = impl.sent_to.data();
   c.received_from = impl.received_from.data();
+  c.stream_copy = impl.config.stream_copy;
 }
 
 // Rendezvous through the store and connect the transport (Communicator::create).

@@ -192,6 +192,18 @@ Config resolve_config(const CommOptions& o) {
                                     *v));
     }
   }
+  if (auto v = env_string("CHORUS_STREAM_COPY")) {
+    if (*v == "auto") {
+      c.stream_copy = -1;
+    } else if (*v == "0" || *v == "1") {
+      c.stream_copy = *v == "1" ? 1 : 0;
+    } else {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_STREAM_COPY='{}' is not one of auto, 0 (never) or 1 (every local copy "
+                                    "of at least 1 MiB)",
+                                    *v));
+    }
+  }
   if (auto v = env_int("CHORUS_SHM_REGISTERED")) c.shm_registered = *v != 0;
   if (auto v = env_int("CHORUS_SHM_MEMBARRIER")) c.shm_membarrier = *v != 0;
   if (auto v = env_int("CHORUS_SHM_SPIN")) {

@@ -34,6 +34,8 @@ struct Config {
   bool shm_registered = true;
   bool shm_membarrier = true;
   int shm_spin = -1;
+  // CHORUS_STREAM_COPY: auto (-1), 0 or 1; how a rank copies its own large blocks (algo::local_copy).
+  int stream_copy = -1;
   // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count).
   int tcp_spin = -1;
   // CHORUS_MISMATCH_CHECK_MS: how long a collective waits before the ranks compare what they are doing
