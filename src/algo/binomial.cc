@@ -45,6 +45,7 @@ void broadcast_binomial(OpContext& c, const void* send, void* recv, size_t count
   const size_t bytes = count * c.esize;
   auto* out = static_cast<char*>(recv);
   const char* src = c.rank == root ? static_cast<const char*>(send) : out;
+  const bool stream = src != out && local_streams(c, bytes, 2 * bytes);
   // In place, a root with one child (two ranks) only sends, to one rank: the transport may share the
   // copying with it. Out of place, the root copies each slice into its output right after sending it.
   const auto work = tree.parent < 0 && tree.num_children == 1 && src == out ? transport::SenderWork::idle(bytes)
@@ -53,7 +54,7 @@ void broadcast_binomial(OpContext& c, const void* send, void* recv, size_t count
     size_t len = std::min(c.slice_bytes, bytes - off);
     if (tree.parent >= 0) prims.recv(tree.parent, out + off, len);
     for (int i = 0; i < tree.num_children; ++i) prims.send(tree.children[i], src + off, len, work);
-    if (src != out) std::memcpy(out + off, src + off, len);
+    if (src != out) copy_piece(stream, out + off, src + off, len);
   }
   prims.flush();
 }

@@ -20,6 +20,7 @@ void broadcast_chain(OpContext& c, const void* send, void* recv, size_t count, i
   const size_t bytes = count * c.esize;
   auto* out = static_cast<char*>(recv);
   const char* src = v == 0 ? static_cast<const char*>(send) : out;
+  const bool stream = src != out && local_streams(c, bytes, 2 * bytes);
   // In place, the root only sends, to one rank, so the transport may share the copying with it. Out of
   // place, it has its own copy to make: it copies each slice into its output right after sending it, while
   // the receiver reads that slice.
@@ -28,7 +29,7 @@ void broadcast_chain(OpContext& c, const void* send, void* recv, size_t count, i
     size_t len = std::min(c.slice_bytes, bytes - off);
     if (v > 0) prims.recv(prev, out + off, len);
     if (has_next) prims.send(next, src + off, len, work);
-    if (src != out) std::memcpy(out + off, src + off, len);
+    if (src != out) copy_piece(stream, out + off, src + off, len);
   }
   prims.flush();
 }

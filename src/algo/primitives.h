@@ -209,13 +209,20 @@ inline int mod(int a, int n) { return ((a % n) + n) % n; }
 // A copy from this rank's input to its output (its own block of a gathering or all-to-all call, a root's
 // out-of-place copy). `rank_bytes` is what the call touches on each rank (input and output); where that
 // times the ranks on this host is past the last-level cache, the copy streams (kernels/copy.h).
-inline void local_copy(const OpContext& c, void* dst, const void* src, size_t bytes, size_t rank_bytes) {
+// local_streams() decides for a copy of `bytes` made in pieces (each then copy_piece'd the same way).
+inline bool local_streams(const OpContext& c, size_t bytes, size_t rank_bytes) {
   const int local = c.topology != nullptr && c.topology->ranks_per_host > 0 ? c.topology->ranks_per_host : c.size;
-  if (kernels::stream_copy_pays(bytes, rank_bytes * static_cast<size_t>(local), c.stream_copy)) {
+  return kernels::stream_copy_pays(bytes, rank_bytes * static_cast<size_t>(local), c.stream_copy);
+}
+inline void copy_piece(bool stream, void* dst, const void* src, size_t bytes) {
+  if (stream) {
     kernels::stream_copy(dst, src, bytes);
   } else {
     std::memcpy(dst, src, bytes);
   }
+}
+inline void local_copy(const OpContext& c, void* dst, const void* src, size_t bytes, size_t rank_bytes) {
+  copy_piece(local_streams(c, bytes, rank_bytes), dst, src, bytes);
 }
 
 }  // namespace chorus::algo
