@@ -180,30 +180,19 @@ Config resolve_config(const CommOptions& o) {
   size_var("CHORUS_SHM_RING_BYTES", size_t{64} << 10, size_t{256} << 20, &c.shm_ring_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_bytes);
   size_var("CHORUS_SHM_STREAM_IDLE_BYTES", 0, size_t{1} << 50, &c.shm_stream_idle_bytes);
-  if (auto v = env_string("CHORUS_SHM_CMA")) {
-    if (*v == "auto") {
-      c.shm_cma = -1;
-    } else if (*v == "0" || *v == "1") {
-      c.shm_cma = *v == "1" ? 1 : 0;
-    } else {
-      base::throw_error(ErrorCode::InvalidArgument,
-                        fmt::format("CHORUS_SHM_CMA='{}' is not one of auto, 0 (never) or 1 (wherever the kernel "
-                                    "allows cross-memory attach)",
-                                    *v));
+  // auto (-1), 0 or 1; `one` says what 1 means, for the error message.
+  auto auto_01_var = [](const char* name, const char* one, int* out) {
+    if (auto v = env_string(name)) {
+      if (*v == "auto" || *v == "0" || *v == "1") {
+        *out = *v == "auto" ? -1 : *v == "1" ? 1 : 0;
+      } else {
+        base::throw_error(ErrorCode::InvalidArgument,
+                          fmt::format("{}='{}' is not one of auto, 0 (never) or 1 ({})", name, *v, one));
+      }
     }
-  }
-  if (auto v = env_string("CHORUS_STREAM_COPY")) {
-    if (*v == "auto") {
-      c.stream_copy = -1;
-    } else if (*v == "0" || *v == "1") {
-      c.stream_copy = *v == "1" ? 1 : 0;
-    } else {
-      base::throw_error(ErrorCode::InvalidArgument,
-                        fmt::format("CHORUS_STREAM_COPY='{}' is not one of auto, 0 (never) or 1 (every local copy "
-                                    "of at least 1 MiB)",
-                                    *v));
-    }
-  }
+  };
+  auto_01_var("CHORUS_SHM_CMA", "wherever the kernel allows cross-memory attach", &c.shm_cma);
+  auto_01_var("CHORUS_STREAM_COPY", "every local copy of at least 1 MiB", &c.stream_copy);
   if (auto v = env_int("CHORUS_SHM_REGISTERED")) c.shm_registered = *v != 0;
   if (auto v = env_int("CHORUS_SHM_MEMBARRIER")) c.shm_membarrier = *v != 0;
   if (auto v = env_int("CHORUS_SHM_SPIN")) {
