@@ -1067,6 +1067,10 @@ TEST(StreamCopy, PaysOnlyForCopiesOfAMebibyteInAWorkingSetPastTheCache) {
 #if defined(__x86_64__)
   EXPECT_TRUE(kernels::stream_copy_pays(kMiB, huge, -1));
   EXPECT_TRUE(kernels::stream_copy_pays(kMiB, 0, 1));
+  // The creation log's words for each mode.
+  EXPECT_NE(kernels::describe_stream_copy(-1).find("where the working set passes"), std::string::npos);
+  EXPECT_NE(kernels::describe_stream_copy(0).find("never"), std::string::npos);
+  EXPECT_NE(kernels::describe_stream_copy(1).find("from 1 MiB"), std::string::npos);
 #else
   EXPECT_FALSE(kernels::stream_copy_pays(kMiB, huge, -1));
   EXPECT_FALSE(kernels::stream_copy_pays(kMiB, 0, 1));

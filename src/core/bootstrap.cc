@@ -14,6 +14,7 @@
 #include "base/net.h"
 #include "core/communicator_impl.h"
 #include "core/trace.h"
+#include "kernels/copy.h"
 #include "transport/fault/fault_transport.h"
 #include "transport/hybrid_transport.h"
 #include "transport/inproc/inproc_transport.h"
@@ -343,11 +344,12 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   impl->sent_to.assign(static_cast<size_t>(size), 0);
   impl->received_from.assign(static_cast<size_t>(size), 0);
   init_op_context(*impl);
-  base::log_info("communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "
-                 "from {} (alpha {:.2f} us, overhead {:.2f} us, beta {:.3f} ns/B, gamma {:.3f} ns/B)",
-                 size, impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count(),
-                 impl->tuning_source,
-                 impl->link.alpha * 1e6, impl->link.overhead * 1e6, impl->link.beta * 1e9, impl->link.gamma * 1e9);
+  base::log_info(
+      "communicator ready: {} ranks, transport {}, tag {:016x}, slice {} bytes, timeout {} ms, cost model "
+      "from {} (alpha {:.2f} us, overhead {:.2f} us, beta {:.3f} ns/B, gamma {:.3f} ns/B), large local copies {}",
+      size, impl->transport->name(), impl->comm_tag, impl->config.slice_bytes, impl->config.timeout.count(),
+      impl->tuning_source, impl->link.alpha * 1e6, impl->link.overhead * 1e6, impl->link.beta * 1e9,
+      impl->link.gamma * 1e9, kernels::describe_stream_copy(impl->config.stream_copy));
   trace::set_rank(impl->rank);
   trace::communicator_opened();
   impl->trace_opened = true;

@@ -72,4 +72,16 @@ bool stream_copy_pays(size_t copy_bytes, size_t working_set_bytes, int mode) noe
 #endif
 }
 
+std::string describe_stream_copy(int mode) {
+#if defined(__x86_64__)
+  if (mode == 0) return "never streamed (CHORUS_STREAM_COPY=0)";
+  if (mode > 0) return "streamed from 1 MiB (CHORUS_STREAM_COPY=1)";
+  return "streamed from 1 MiB where the working set passes " + std::to_string((last_level_cache_bytes() / 2) >> 20) +
+         " MiB (half the last-level cache)";
+#else
+  (void)mode;
+  return "never streamed (no streaming stores on this architecture)";
+#endif
+}
+
 }  // namespace chorus::kernels

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace chorus::kernels {
 
@@ -20,5 +21,9 @@ void stream_copy(void* dst, const void* src, size_t n) noexcept;
 // `mode` is the communicator's CHORUS_STREAM_COPY: -1 (auto) decides as above, 0 never streams, 1 streams
 // every copy of at least 1 MiB. Always false where stream_copy has no streaming stores (not x86-64).
 bool stream_copy_pays(size_t copy_bytes, size_t working_set_bytes, int mode) noexcept;
+
+// What stream_copy_pays decides under `mode`, in words, for the log ("streamed from 1 MiB where the working set
+// passes 16 MiB (half the last-level cache)", "never streamed", ...).
+std::string describe_stream_copy(int mode);
 
 }  // namespace chorus::kernels
