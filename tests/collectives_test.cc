@@ -3,6 +3,7 @@
 // slices (at 16 ranks, that one for a type of each element size), in place and out of place. Results are
 // checked against a serial reference computed here.
 #include <gtest/gtest.h>
+#include <sanitizer/asan_interface.h>
 
 #include <algorithm>
 #include <atomic>
@@ -84,6 +85,37 @@ bool runs_count(int n, DataType t, size_t count) {
   return t == DataType::Int8 || t == DataType::Float16 || t == DataType::Float32 || t == DataType::Float64;
 }
 
+// A rank's buffer for the matrix's calls, kept from call to call. Fresh vectors of up to a few hundred KiB per
+// call cost the AddressSanitizer build about a third of the matrix's time: its allocator maps and unmaps such
+// blocks, so every call faulted its pages in again and, with ranks as threads, shot down the other threads' TLB
+// entries. Under ASan the bytes past the call's size are poisoned, so an algorithm that touches the user's
+// buffer past its end is still reported, as it would be with a block of exactly that size. Zero bytes give a
+// null pointer, as an empty vector's data() does. Sized once for the largest call, so no call maps pages anew.
+class CallBuffer {
+ public:
+  explicit CallBuffer(size_t capacity) : storage_(capacity) {}
+  CallBuffer(const CallBuffer&) = delete;
+  CallBuffer& operator=(const CallBuffer&) = delete;
+  ~CallBuffer() { ASAN_UNPOISON_MEMORY_REGION(storage_.data(), storage_.size()); }
+
+  // `bytes` bytes of unspecified contents.
+  char* get(size_t bytes) {
+    ASAN_UNPOISON_MEMORY_REGION(storage_.data(), storage_.size());
+    if (bytes > storage_.size()) storage_.resize(std::max(bytes, 2 * storage_.size()));
+    ASAN_POISON_MEMORY_REGION(storage_.data() + bytes, storage_.size() - bytes);
+    return bytes ? storage_.data() : nullptr;
+  }
+  // `bytes` bytes, each set to `fill`.
+  char* get(size_t bytes, char fill) {
+    char* p = get(bytes);
+    if (bytes) std::memset(p, fill, bytes);
+    return p;
+  }
+
+ private:
+  std::vector<char> storage_;
+};
+
 class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {
  protected:
   CommOptions options() const {
@@ -121,6 +153,10 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
   ScopedEnv streaming("CHORUS_SHM_CMA", p.streaming ? "0" : "1");
   run_world(n, options(), [&](Communicator& comm) {
     const int r = comm.rank();
+    // The largest call: the largest count, of 8-byte elements, n blocks of it.
+    const std::vector<size_t> counts = counts_for(n, p.large);
+    const size_t most = *std::max_element(counts.begin(), counts.end()) * sizeof(double) * static_cast<size_t>(n);
+    CallBuffer in_buf(most), out_buf(most);
     ASSERT_EQ(comm.size(), n);
     ASSERT_EQ(transport_label(comm.options().transport), transport_label(p.transport));
     if (p.transport == TransportKind::Shm) {
@@ -171,120 +207,136 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
             };
             switch (p.coll) {
               case Coll::AllReduce: {
-                std::vector<char> in(count * es), out(count * es, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count);
                 if (in_place) {
-                  comm.all_reduce(in.data(), in.data(), count, t, op);
-                  out = in;
+                  comm.all_reduce(in, in, count, t, op);
+                  if (count) std::memcpy(out, in, count * es);
                 } else {
-                  comm.all_reduce(in.data(), out.data(), count, t, op);
+                  comm.all_reduce(in, out, count, t, op);
                 }
-                expect_elements(t, out.data(), count,
-                                reduced, what);
+                expect_elements(t, out, count, reduced, what);
                 break;
               }
               case Coll::Reduce: {
-                std::vector<char> in(count * es), out(count * es, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count);
                 if (in_place) {
-                  comm.reduce(in.data(), in.data(), count, t, op, root);
-                  out = in;
+                  comm.reduce(in, in, count, t, op, root);
+                  if (count) std::memcpy(out, in, count * es);
                 } else {
-                  comm.reduce(in.data(), r == root ? out.data() : nullptr, count, t, op, root);
+                  comm.reduce(in, r == root ? out : nullptr, count, t, op, root);
                 }
                 if (r == root) {
-                  expect_elements(t, out.data(), count,
-                                  reduced, what);
+                  expect_elements(t, out, count, reduced, what);
                 }
                 break;
               }
               case Coll::ReduceScatter: {
-                std::vector<char> in(count * es * n), out(count * es, 0x5a);
-                fill_inputs(in.data(), count * n);
+                char* in = in_buf.get(count * es * n);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count * n);
                 if (in_place) {
-                  char* mine = in.data() + static_cast<size_t>(r) * count * es;
-                  comm.reduce_scatter(in.data(), mine, count, t, op);
-                  if (count) std::memcpy(out.data(), mine, count * es);
+                  char* mine = in + static_cast<size_t>(r) * count * es;
+                  comm.reduce_scatter(in, mine, count, t, op);
+                  if (count) std::memcpy(out, mine, count * es);
                 } else {
-                  comm.reduce_scatter(in.data(), out.data(), count, t, op);
+                  comm.reduce_scatter(in, out, count, t, op);
                 }
-                expect_elements(t, out.data(), count,
-                                [&](size_t i) { return reduced(static_cast<size_t>(r) * count + i); }, what);
+                expect_elements(
+                    t, out, count, [&](size_t i) { return reduced(static_cast<size_t>(r) * count + i); }, what);
                 break;
               }
               case Coll::Broadcast: {
-                std::vector<char> in(count * es), out(count * es, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count);
                 if (in_place) {
-                  if (r == root) out = in;
-                  comm.broadcast(out.data(), out.data(), count, t, root);
+                  if (r == root && count) std::memcpy(out, in, count * es);
+                  comm.broadcast(out, out, count, t, root);
                 } else {
-                  comm.broadcast(r == root ? in.data() : nullptr, out.data(), count, t, root);
+                  comm.broadcast(r == root ? in : nullptr, out, count, t, root);
                 }
-                expect_elements(t, out.data(), count, [&](size_t i) { return in_val(root, i); }, what);
+                expect_elements(
+                    t, out, count, [&](size_t i) { return in_val(root, i); }, what);
                 break;
               }
               case Coll::AllGather: {
-                std::vector<char> in(count * es), out(count * es * n, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es * n, 0x5a);
+                fill_inputs(in, count);
                 if (in_place) {
-                  char* mine = out.data() + static_cast<size_t>(r) * count * es;
-                  if (count) std::memcpy(mine, in.data(), count * es);
-                  comm.all_gather(mine, out.data(), count, t);
+                  char* mine = out + static_cast<size_t>(r) * count * es;
+                  if (count) std::memcpy(mine, in, count * es);
+                  comm.all_gather(mine, out, count, t);
                 } else {
-                  comm.all_gather(in.data(), out.data(), count, t);
+                  comm.all_gather(in, out, count, t);
                 }
-                expect_elements(t, out.data(), count * n, [&](size_t i) {
-                  return in_val(static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1));
-                }, what);
+                expect_elements(
+                    t, out, count * n,
+                    [&](size_t i) {
+                      return in_val(static_cast<int>(i / std::max<size_t>(count, 1)), i % std::max<size_t>(count, 1));
+                    },
+                    what);
                 break;
               }
               case Coll::AllToAll: {
-                std::vector<char> in(count * es * n), out(count * es * n, 0x5a);
-                fill_inputs(in.data(), count * n);
+                char* in = in_buf.get(count * es * n);
+                char* out = out_buf.get(count * es * n, 0x5a);
+                fill_inputs(in, count * n);
                 if (in_place) {
-                  comm.all_to_all(in.data(), in.data(), count, t);
-                  out = in;
+                  comm.all_to_all(in, in, count, t);
+                  if (count) std::memcpy(out, in, count * es * n);
                 } else {
-                  comm.all_to_all(in.data(), out.data(), count, t);
+                  comm.all_to_all(in, out, count, t);
                 }
                 // Block j of the result is block r of rank j's input.
-                expect_elements(t, out.data(), count * n, [&](size_t i) {
-                  size_t c = std::max<size_t>(count, 1);
-                  return in_val(static_cast<int>(i / c), static_cast<size_t>(r) * count + i % c);
-                }, what);
+                expect_elements(
+                    t, out, count * n,
+                    [&](size_t i) {
+                      size_t c = std::max<size_t>(count, 1);
+                      return in_val(static_cast<int>(i / c), static_cast<size_t>(r) * count + i % c);
+                    },
+                    what);
                 break;
               }
               case Coll::Gather: {
-                std::vector<char> in(count * es), out(count * es * n, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es * n, 0x5a);
+                fill_inputs(in, count);
                 if (in_place && r == root) {
-                  char* mine = out.data() + static_cast<size_t>(r) * count * es;
-                  if (count) std::memcpy(mine, in.data(), count * es);
-                  comm.gather(mine, out.data(), count, t, root);
+                  char* mine = out + static_cast<size_t>(r) * count * es;
+                  if (count) std::memcpy(mine, in, count * es);
+                  comm.gather(mine, out, count, t, root);
                 } else {
-                  comm.gather(in.data(), r == root ? out.data() : nullptr, count, t, root);
+                  comm.gather(in, r == root ? out : nullptr, count, t, root);
                 }
                 if (r == root) {
-                  expect_elements(t, out.data(), count * n, [&](size_t i) {
-                    size_t c = std::max<size_t>(count, 1);
-                    return in_val(static_cast<int>(i / c), i % c);
-                  }, what);
+                  expect_elements(
+                      t, out, count * n,
+                      [&](size_t i) {
+                        size_t c = std::max<size_t>(count, 1);
+                        return in_val(static_cast<int>(i / c), i % c);
+                      },
+                      what);
                 }
                 break;
               }
               case Coll::Scatter: {
-                std::vector<char> in(count * es * n), out(count * es, 0x5a);
-                fill_inputs(in.data(), count * n);
+                char* in = in_buf.get(count * es * n);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count * n);
                 if (in_place && r == root) {
-                  char* mine = in.data() + static_cast<size_t>(r) * count * es;
-                  comm.scatter(in.data(), mine, count, t, root);
-                  if (count) std::memcpy(out.data(), mine, count * es);
+                  char* mine = in + static_cast<size_t>(r) * count * es;
+                  comm.scatter(in, mine, count, t, root);
+                  if (count) std::memcpy(out, mine, count * es);
                 } else {
-                  comm.scatter(r == root ? in.data() : nullptr, out.data(), count, t, root);
+                  comm.scatter(r == root ? in : nullptr, out, count, t, root);
                 }
-                expect_elements(t, out.data(), count,
-                                [&](size_t i) { return in_val(root, static_cast<size_t>(r) * count + i); }, what);
+                expect_elements(
+                    t, out, count, [&](size_t i) { return in_val(root, static_cast<size_t>(r) * count + i); }, what);
                 break;
               }
               case Coll::Barrier: {
@@ -303,16 +355,18 @@ TEST_P(CollectiveMatrix, MatchesSerialReference) {
                 if (n == 1 || in_place) break;
                 // A ring of messages: even ranks send first, odd ranks receive first.
                 int to = (r + 1) % n, from = (r + n - 1) % n;
-                std::vector<char> in(count * es), out(count * es, 0x5a);
-                fill_inputs(in.data(), count);
+                char* in = in_buf.get(count * es);
+                char* out = out_buf.get(count * es, 0x5a);
+                fill_inputs(in, count);
                 if (r % 2 == 0) {
-                  comm.send(in.data(), count, t, to);
-                  comm.recv(out.data(), count, t, from);
+                  comm.send(in, count, t, to);
+                  comm.recv(out, count, t, from);
                 } else {
-                  comm.recv(out.data(), count, t, from);
-                  comm.send(in.data(), count, t, to);
+                  comm.recv(out, count, t, from);
+                  comm.send(in, count, t, to);
                 }
-                expect_elements(t, out.data(), count, [&](size_t i) { return in_val(from, i); }, what);
+                expect_elements(
+                    t, out, count, [&](size_t i) { return in_val(from, i); }, what);
                 break;
               }
             }
