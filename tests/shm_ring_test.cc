@@ -110,9 +110,9 @@ TEST(ShmRing, SmallFramesGoBackToTheStartOnceTheConsumerCaughtUp) {
   // Exchanges that drain the rings call after call: a producer that has gone 64 KiB into a ring that its
   // consumer has emptied pads the rest of the lap and starts again at the beginning (ShmTransport::rewind),
   // so the consumer skips padding frames between data frames. With a 256 KiB ring, frames of up to 20 KiB
-  // straddle the 64 KiB mark, and the 64 KiB payloads go by cross-memory attach (a descriptor frame) where the
-  // kernel allows it, else through the ring (a frame too large to go back). Every element is checked, and both
-  // ranks must have gone back.
+  // straddle the 64 KiB mark; those of up to 4 KiB go back, larger ones walk on through the ring, and the
+  // 64 KiB payloads go by cross-memory attach (a descriptor frame, small) where the kernel allows it, else
+  // through the ring. Every element is checked, and both ranks must have gone back.
   ScopedEnv ring("CHORUS_SHM_RING_BYTES", std::to_string(4 * kRingBytes));
   constexpr int kMessages = 2000;
   run_world(2, shm_options(), [&](Communicator& comm) {

@@ -53,10 +53,14 @@ constexpr uint32_t kControlMembarrier = 1;      // Control::flags bit: registere
 // the same few call after call, as a fixed mailbox's would be: the first lap through a ring's pages costs a
 // miss per line (and, on a virtual machine, more per page: touch_pages). Measured on the 2-core
 // machine, 2026-12-02: 2-rank all_gathers of 8 B to 2 KiB took 1.2-5.5 us per call over their first 200
-// calls with the 1 MiB ring walked end to end, 0.5-0.8 us with a 64 KiB ring. "Small" is every frame whose
-// payload the ring carries by default: below the 64 KiB from which payloads go by cross-memory attach.
+// calls with the 1 MiB ring walked end to end, 0.5-0.8 us with a 64 KiB ring. "Small" is a frame of at most
+// kHotFrameBytes: a payload of up to 4 KiB, or a descriptor. Larger frames walk the ring even when the consumer
+// has caught up: rewritten call after call, the same lines go back and forth between the producer's core and the
+// consumer's, which has just read them, and 2-rank shm all_gathers and all_to_alls of 16-128 KiB took 1.3-1.8
+// times as long as with those frames walking the ring (4 KiB frames: 0.6-0.8 times; docs/performance.md, "Which
+// frames go back to the ring's start").
 constexpr size_t kHotBytes = 64 << 10;
-constexpr size_t kSmallFrameBytes = sizeof(FrameHeader) + kHotBytes;  // a header and up to 64 KiB of payload
+constexpr size_t kHotFrameBytes = sizeof(FrameHeader) + (4 << 10);  // a header and up to 4 KiB of payload
 
 int membarrier(int cmd) { return static_cast<int>(::syscall(__NR_membarrier, cmd, 0, 0)); }
 
@@ -199,12 +203,13 @@ void touch_pages(const char* ring_data, size_t bytes) {
 
 // How much of each ring touch_pages reads at creation: all of it while this rank's rings (inbound, and its own
 // in each peer) come to at most kTouchAllBytes, which covers 4 local ranks with the default 1 MiB rings; else
-// the part small frames use (kHotBytes, then at most one small frame), since touching every ring of 16 local
-// ranks tripled the CPU time of creating their communicators here.
+// kTouchPartBytes, the part small frames use (kHotBytes, then at most one small frame) and more, since touching
+// every ring of 16 local ranks tripled the CPU time of creating their communicators here.
 constexpr size_t kTouchAllBytes = size_t{8} << 20;
+constexpr size_t kTouchPartBytes = 2 * kHotBytes + sizeof(FrameHeader);  // as when small frames went to 64 KiB
 size_t touch_bytes(int local_count, size_t ring_bytes) {
   const size_t rings = 2 * static_cast<size_t>(local_count - 1) * ring_bytes;
-  return rings <= kTouchAllBytes ? ring_bytes : std::min(ring_bytes, kHotBytes + kSmallFrameBytes);
+  return rings <= kTouchAllBytes ? ring_bytes : std::min(ring_bytes, kTouchPartBytes);
 }
 
 int open_pidfd(pid_t pid) {
@@ -790,14 +795,14 @@ uint64_t ShmTransport::ring_room(Peer& p, uint64_t head, size_t need) {
 }
 
 // Before a frame of `frame` bytes (header included) is written at p.head: if that is at least kHotBytes into
-// the ring, the frame is small, and the consumer has released everything written so far, writes a Pad header
-// over the rest of the lap and moves p.head to the next lap's start. The caller publishes the new head with
-// its frame.
+// the ring, the frame is small (kHotFrameBytes at most), and the consumer has released everything written so
+// far, writes a Pad header over the rest of the lap and moves p.head to the next lap's start. The caller
+// publishes the new head with its frame.
 void ShmTransport::rewind(Peer& p, char* ring_data, size_t frame) {
   const size_t size = options_.ring_bytes;
   const uint64_t head = p.head;
   const size_t at = static_cast<size_t>(head & (size - 1));
-  if (at < kHotBytes || frame > kSmallFrameBytes || at % kAlign != 0 || head < p.rewind_after) return;
+  if (at < kHotBytes || frame > kHotFrameBytes || at % kAlign != 0 || head < p.rewind_after) return;
   const size_t gap = size - at;  // at least one header: `at` is a multiple of kAlign below `size`
   // Only into an empty ring. Until the consumer reaches the pad, the frames after it have only the room the
   // consumer had released of this lap, so going back while it is behind caps how far a producer can run
