@@ -276,6 +276,7 @@ TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
   for (const char* mode : {"", "auto", "1", "0"}) {
     SCOPED_TRACE(std::string("CHORUS_SHM_CMA='") + mode + "'");
     ScopedEnv cma("CHORUS_SHM_CMA", mode);
+    ScopedEnv adapt("CHORUS_SHM_ADAPT", "0");  // the probe's choice only (AdaptivePath below)
     ScopedEnv algo("CHORUS_ALGO", "allreduce:ring");  // every rank sends and receives: no idle sender streams
     std::vector<Seen> seen(kRanks);
     run_world(kRanks, shm_options(), [&](Communicator& comm) {
@@ -316,6 +317,78 @@ TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
     });
     EXPECT_NE(what.find("CHORUS_SHM_CMA"), std::string::npos) << "'" << bad << "': " << what;
   }
+}
+
+// The receiver's choice between ring and attach (ShmOptions::adapt): it moves only where the other way costs
+// under kSwitchBelow of the current one, over the kinds of frame timed both ways, each an average of the last
+// few frames.
+TEST(PathChoice, MovesOnlyForAClearGainOverTheKindsTimedBothWays) {
+  using Choice = transport::ShmTransport::PathChoice;
+  Choice c;  // starts with the rings
+  EXPECT_FALSE(c.add(false, false, 1000));  // copies out of the ring: 1000 ns per KiB
+  EXPECT_FALSE(c.attach);
+  EXPECT_FALSE(c.add(false, true, 800)) << "0.8 of the rings is not enough";
+  EXPECT_FALSE(c.attach);
+  EXPECT_FALSE(c.add(true, true, 2000)) << "reduced frames came by attach only: not compared";
+  // A second attach timing of 200 brings its average to 800 + (200 - 800) / 4 = 650 (< 750): it moves.
+  EXPECT_TRUE(c.add(false, true, 200));
+  EXPECT_TRUE(c.attach);
+  EXPECT_EQ(c.samples[0][1], 2u);
+  EXPECT_DOUBLE_EQ(c.ns_per_kib[0][1], 650.0);
+  // Back only where the rings cost under 0.75 of attach: a ring average of 1000 + (100 - 1000) / 4 = 775 is
+  // not (0.75 x 650 = 487.5).
+  EXPECT_FALSE(c.add(false, false, 100));
+  EXPECT_TRUE(c.attach);
+  // Reduced frames timed both ways now count too: ring 775 + 100 = 875 against attach 650 + 2000 = 2650.
+  EXPECT_TRUE(c.add(true, false, 100));
+  EXPECT_FALSE(c.attach);
+  EXPECT_EQ(c.samples[1][0], 1u);
+}
+
+// With the choice adapting, large payloads come both ways on one channel (CHORUS_SHM_EXPLORE_US=0: every other
+// large frame tries the way not chosen), in any order with small frames, and every byte arrives as sent. On a
+// host whose ranks take turns on its cores the choice does not adapt (timings there include waiting for a
+// core): the probe's choice stays.
+TEST(AdaptivePath, RingAndAttachFramesInterleaveAndCarryTheSameBytes) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv explore("CHORUS_SHM_EXPLORE_US", "0");
+  ScopedEnv algo("CHORUS_ALGO", "allreduce:ring;allgather:ring");  // both ranks send and receive: none idle
+  const size_t count = (size_t{256} << 10) / sizeof(float);  // above the 64 KiB single-copy size
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    const TrafficCounters before = comm.traffic();
+    std::vector<float> a(count), b(2 * count), small(16);
+    for (int m = 0; m < 24; ++m) {
+      for (size_t i = 0; i < count; ++i) a[i] = value(r, m, i);
+      std::fill(b.begin(), b.end(), -1.0f);
+      comm.all_gather(a.data(), b.data(), count, DataType::Float32);
+      for (int q = 0; q < 2; ++q) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(b[static_cast<size_t>(q) * count + i], value(q, m, i)) << "all_gather " << m << ", rank " << r;
+        }
+      }
+      comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(b[i], value(0, m, i) + value(1, m, i)) << "all_reduce " << m << ", rank " << r << ", element " << i;
+      }
+      for (size_t i = 0; i < small.size(); ++i) small[i] = value(r, m, i);
+      comm.all_reduce(small.data(), small.data(), small.size(), DataType::Float32, ReduceOp::Max);
+      for (size_t i = 0; i < small.size(); ++i) {
+        ASSERT_EQ(small[i], std::max(value(0, m, i), value(1, m, i))) << "small all_reduce " << m;
+      }
+    }
+    const TrafficCounters after = comm.traffic();
+    const uint64_t attach = after.attach_reads - before.attach_reads;
+    const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
+    if (comm.ranks_per_core() <= 1.0) {
+      EXPECT_GT(attach, 0u) << "rank " << r;
+      EXPECT_GT(ring, 0u) << "rank " << r;
+    } else {
+      EXPECT_EQ(attach > 0, comm.cross_memory_attach()) << "rank " << r;
+      EXPECT_EQ(after.path_switches, 0u) << "rank " << r;
+    }
+  });
 }
 
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {

@@ -115,6 +115,11 @@ struct TrafficCounters {
   // Shared memory only: times this rank's small frames went back to the start of a peer's ring once the peer
   // had emptied it, rather than on to the ring's end (so small messages keep reusing the same few pages).
   uint64_t ring_rewinds = 0;
+  // Shared memory only: large payloads received through the rings (two copies, one on each side), and times
+  // this rank changed its choice between the rings and cross-memory attach for a sender's large payloads
+  // (CHORUS_SHM_ADAPT; CHORUS_DEBUG=INFO logs each change with the timings behind it).
+  uint64_t ring_large_frames = 0;
+  uint64_t path_switches = 0;
 };
 
 // What the most recent operation on a communicator did.

@@ -216,6 +216,8 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.ring_bytes = impl->config.shm_ring_bytes;
   shm.single_copy_bytes = impl->config.shm_single_copy_bytes;
   shm.cma = impl->config.shm_cma;
+  shm.adapt = impl->config.shm_adapt;
+  shm.explore_us = impl->config.shm_explore_us;
   shm.stream_idle_bytes = impl->config.shm_stream_idle_bytes;
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;

@@ -1287,6 +1287,8 @@ TrafficCounters Communicator::traffic() const {
   t.attach_reads = w.attach_reads;
   t.registered_reads = w.mapped_reads;
   t.ring_rewinds = w.ring_rewinds;
+  t.ring_large_frames = w.ring_large_frames;
+  t.path_switches = w.path_switches;
   return t;
 }
 

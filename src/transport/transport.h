@@ -76,6 +76,8 @@ struct WaitCounters {
   uint64_t attach_reads = 0;    // frames received by one copy through cross-memory attach
   uint64_t mapped_reads = 0;    // frames received by reading the sender's registered memory in place
   uint64_t ring_rewinds = 0;    // times this rank's sends went back to the start of a peer's ring early
+  uint64_t ring_large_frames = 0;  // frames of at least the single-copy size received through the ring
+  uint64_t path_switches = 0;      // changes of this receiver's choice between ring and attach (adapt)
 };
 
 class Transport {

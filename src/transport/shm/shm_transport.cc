@@ -100,7 +100,11 @@ struct alignas(64) Ring {
   alignas(64) std::atomic<uint64_t> tail;      // bytes the consumer has released
   alignas(64) std::atomic<uint64_t> consumed;  // frames the consumer has finished
   alignas(64) std::atomic<uint32_t> severed;   // fault injection: either side tore the channel down
+  // The consumer's choice for the producer's large payloads (ShmOptions::adapt): kPathUnset (the choice made
+  // at creation), kPathRing or kPathAttach. Written on a change only; the producer reads it per large frame.
+  std::atomic<uint32_t> path;
 };
+constexpr uint32_t kPathUnset = 0, kPathRing = 1, kPathAttach = 2;
 
 struct Descriptor {
   uint64_t address;  // in the producer's address space
@@ -466,7 +470,6 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
     const std::string published = fmt::format("{:.3f}", cma ? probe_attach_cost() : 0.0);
     store.set(key_prefix + "attach_cost", published);
     t->attach_cost_ = std::strtod(published.c_str(), nullptr);  // as the others read it
-    if (t->attach_cost_ >= kAttachPaysBelow) cma = false;
   }
   store.set(key_prefix + "cma/" + std::to_string(rank), cma ? "1" : "0");
   for (int q : local) {
@@ -475,7 +478,20 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   if (measure && rank != local.front()) {
     t->attach_cost_ = std::strtod(store.get(key_prefix + "attach_cost", deadline.remaining()).c_str(), nullptr);
   }
-  t->cma_ = cma;
+  // The probe's answer: where an attach read costs too much, large payloads start in the rings. Without
+  // adapt that is final (attach off); with it, each receiver may ask for attach later, so it stays possible.
+  t->yield_ = options.oversubscribed >= 0 ? options.oversubscribed > 0 : more_ranks_than_cores(static_cast<int>(count));
+  t->adapt_ = cma && measure && options.adapt && !t->yield_;
+  t->attach_first_ = cma && !(measure && t->attach_cost_ >= kAttachPaysBelow);
+  t->cma_ = t->adapt_ || t->attach_first_;
+  if (t->adapt_) {
+    const auto first_try = std::chrono::steady_clock::now() + std::chrono::microseconds(options.explore_us);
+    for (int q : local) {
+      if (q == rank) continue;
+      t->peers_[q].path.attach = t->attach_first_;
+      t->peers_[q].explore_at = first_try;
+    }
+  }
 
   // Registered memory: every rank maps each local peer's probe page and reads it; again all must succeed.
   bool registered = options.allow_registered && t->probe_region_ != nullptr;
@@ -517,18 +533,19 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   ::shm_unlink(t->self_name_.c_str());
   t->self_unlinked_ = true;
 
-  t->yield_ = options.oversubscribed >= 0 ? options.oversubscribed > 0 : more_ranks_than_cores(static_cast<int>(count));
   t->stream_idle_ = options.stream_idle_bytes > 0 && !t->yield_;
   // Oversubscribed, each poll yields the core (to the rank we wait for, most likely); 200 yields before
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
-  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}, wake-up checks {}", count,
-                 ring >> 10, cma ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}", count,
+                 ring >> 10,
+                 t->attach_first_ ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
                  t->attach_cost_ > 0
                      ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
                                    t->attach_cost_, kAttachPaysBelow)
                      : std::string(),
+                 t->adapt_ ? ", then as each receiver's timings choose" : "",
                  registered ? ", or read in place from registered memory" : "",
                  t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;
@@ -730,7 +747,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     // below which streaming's extra cache-line transfers between the cores cost what the overlap saves.
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
-    remote = region.has_value() || (cma_ && !stream);
+    remote = region.has_value() || (cma_ && !stream && (adapt_ ? attach_to(p) : attach_first_));
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
@@ -781,6 +798,62 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   SendHandle h{peer, p.posted++};
   if (p.queue.size() == 1) write_some(peer);
   return h;
+}
+
+bool ShmTransport::attach_to(Peer& p) {
+  const uint32_t asked = p.segment->ring(peers_[rank_].local).path.load(std::memory_order_relaxed);
+  const bool attach = asked == kPathUnset ? attach_first_ : asked == kPathAttach;
+  // Now and then a frame goes the other way, so that the receiver's figure for it stays current: once every
+  // explore_us (a clock read per large frame, tens of nanoseconds against microseconds of copying), never
+  // twice in a row.
+  if (p.explored) {
+    p.explored = false;
+    return attach;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < p.explore_at) return attach;
+  p.explore_at = now + std::chrono::microseconds(options_.explore_us);
+  p.explored = true;
+  return !attach;
+}
+
+bool ShmTransport::PathChoice::add(bool reduces, bool by_attach, double ns_per_kib_sample) {
+  double& e = ns_per_kib[reduces][by_attach];
+  uint32_t& n = samples[reduces][by_attach];
+  // An average over about the last four frames: the placement of the two cores changes within minutes.
+  e = n == 0 ? ns_per_kib_sample : e + (ns_per_kib_sample - e) / 4;
+  if (n < UINT32_MAX) ++n;
+  double ring = 0, attach_cost = 0;
+  for (int k = 0; k < 2; ++k) {
+    if (samples[k][0] > 0 && samples[k][1] > 0) {
+      ring += ns_per_kib[k][0];
+      attach_cost += ns_per_kib[k][1];
+    }
+  }
+  if (ring <= 0 || attach_cost <= 0) return false;
+  const bool want = attach ? !(ring < kSwitchBelow * attach_cost) : attach_cost < kSwitchBelow * ring;
+  if (want == attach) return false;
+  attach = want;
+  return true;
+}
+
+void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t len,
+                               std::chrono::steady_clock::duration took) {
+  const double ns = std::chrono::duration<double, std::nano>(took).count();
+  PathChoice& c = peers_[peer].path;
+  if (!c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len))) return;
+  ++waits_.path_switches;
+  self_->ring(peers_[peer].local).path.store(c.attach ? kPathAttach : kPathRing, std::memory_order_relaxed);
+  if (waits_.path_switches <= 16) {
+    auto figure = [&](int k, int a) {
+      return c.samples[k][a] ? fmt::format("{:.0f}", c.ns_per_kib[k][a]) : std::string("-");
+    };
+    base::log_info("rank {}: rank {}'s large payloads now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
+                   "{}/{}){}",
+                   rank_, peer, c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0),
+                   figure(0, 1), figure(1, 0), figure(1, 1),
+                   waits_.path_switches == 16 ? "; later changes are not logged" : "");
+  }
 }
 
 // Room in our ring in the peer after stream position head, from the tail last seen; rereads the tail (and so
@@ -932,7 +1005,7 @@ void ShmTransport::flush(const base::Deadline& deadline) {
 // other single-copy frame.
 template <class OnBytes, class OnRemote>
 void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline,
-                           OnBytes&& on_bytes, OnRemote&& on_remote) {
+                           bool reduces, OnBytes&& on_bytes, OnRemote&& on_remote) {
   check_usable();
   if (peers_[peer].severed) throw_peer_failure(peer);
   const int from = peers_[peer].local;
@@ -1016,6 +1089,11 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   check_intact_data_frame(h, tag, len, comm_tag_, rank_, peer);
   const bool remote = (h.flags & kFlagRemote) != 0;
   tail += sizeof(FrameHeader);
+  // Adapting (adapt_), a large frame's time from its header to its last byte, either way it came: through the
+  // ring that covers both copies as they overlap, by attach the read.
+  const bool large = len >= options_.single_copy_bytes;
+  const bool timed = adapt_ && large;
+  const auto started = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // After a frame of more payload lines than kPrefetchLines (or a descriptor), the next wait prefetches one.
   const size_t lines = remote ? 1 : round_up(len, kAlign) / kAlign;
   peers_[peer].prefetch_lines = static_cast<uint32_t>(lines <= kPrefetchLines ? lines : 1);
@@ -1051,6 +1129,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     } else {
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
+      if (timed) timed_frame(peer, reduces, true, len, std::chrono::steady_clock::now() - started);
     }
     tail += kDescriptorBytes;
   } else {
@@ -1077,6 +1156,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       }
     }
   }
+  if (!remote && large) {
+    ++waits_.ring_large_frames;
+    if (timed) timed_frame(peer, reduces, false, len, std::chrono::steady_clock::now() - started);
+  }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)
   ring.tail.store(tail, std::memory_order_release);
   // This thread is the ring's only consumer: a plain increment, no locked instruction.
@@ -1087,7 +1170,8 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
 void ShmTransport::recv(int peer, const MessageTag& tag, void* dst, size_t len, const base::Deadline& deadline) {
   char* out = static_cast<char*>(dst);
   receive(
-      peer, tag, len, deadline, [&](const char* src, size_t n, size_t off) { std::memcpy(out + off, src, n); },
+      peer, tag, len, deadline, /*reduces=*/false,
+      [&](const char* src, size_t n, size_t off) { std::memcpy(out + off, src, n); },
       [&](pid_t pid, uint64_t address, size_t n) {
         if (!remote_read(pid, out, address, n)) remote_read_failed(peer);
       });
@@ -1098,7 +1182,7 @@ void ShmTransport::recv_reduce(int peer, const MessageTag& tag, void* dst, const
   char* out = static_cast<char*>(dst);
   const char* in = static_cast<const char*>(local);
   receive(
-      peer, tag, len, deadline,
+      peer, tag, len, deadline, /*reduces=*/true,
       // Straight from the ring: one pass over the incoming bytes.
       [&](const char* src, size_t n, size_t off) { reduction.apply(out + off, src, in + off, n); },
       // Single copy into a cache-sized staging piece, reduced as each piece arrives.

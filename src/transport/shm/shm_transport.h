@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -27,6 +28,14 @@ struct ShmOptions {
   // host's lowest local rank measures at creation that an attach read costs less than kAttachPaysBelow
   // copies (ShmTransport::probe_attach_cost). Elsewhere large payloads stream through the rings.
   int cma = -1;
+  // With cma auto (-1), the probe only makes the first choice: each receiver then times its large frames
+  // both ways (the copy out of the ring against the attach read) and tells its sender which to use, per pair
+  // of ranks, and the sender tries the other way once every `explore_us` microseconds. The cost of the copy
+  // out of a ring depends on where the two ranks' cores sit (docs/performance.md, "Ring or attach, chosen
+  // while running"), which no probe at creation sees. false: the probe's choice stays (CHORUS_SHM_ADAPT=0).
+  // Never where the ranks outnumber the cores: their timings there include being descheduled.
+  bool adapt = true;
+  uint32_t explore_us = 20000;  // CHORUS_SHM_EXPLORE_US; 0: every other large frame tries the other way
   // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
   // where each local rank has a core of its own and the operation sends the peer at least this much (below,
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
@@ -76,8 +85,11 @@ class ShmTransport final : public Transport {
   void send_raw(int peer, std::span<const std::byte> bytes, const base::Deadline& deadline) override;
   void sever(int peer) override;
 
-  // Whether large payloads go by cross-memory attach (else they stream through the rings).
-  bool single_copy() const { return cma_; }
+  // Whether large payloads went by cross-memory attach at creation (else they stream through the rings); with
+  // adapt, each pair of ranks may change that later (path_choice).
+  bool single_copy() const { return cma_ && attach_first_; }
+  // Whether each receiver chooses ring or attach for its senders from its timings (ShmOptions::adapt).
+  bool adapts() const { return adapt_; }
   // The probe behind the automatic choice, in copies (see probe_attach_cost), as the host's lowest local rank
   // measured it; 0 where it was not made (CHORUS_SHM_CMA set, no local peer, or the kernel forbids attach).
   double attach_cost() const { return attach_cost_; }
@@ -91,6 +103,18 @@ class ShmTransport final : public Transport {
   // on fresh 4 KiB pages (as a user's heap buffers): the read's cost in copies. 0 if the read fails. About
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
+  // The receiver's choice between the two ways a large frame can come, from what each took (per byte, an
+  // average over the last few frames that came that way), kept apart for frames it copies and frames it
+  // reduces. It moves to the other way only where that costs under kSwitchBelow of the current one, summed
+  // over the kinds of frame that have come both ways, so figures close together do not make it flap.
+  struct PathChoice {
+    double ns_per_kib[2][2] = {};  // [receiver reduces][came by attach]
+    uint32_t samples[2][2] = {};
+    bool attach = false;
+    // Adds one frame's timing; returns true if the choice changed.
+    bool add(bool reduces, bool by_attach, double ns_per_kib_sample);
+  };
+  static constexpr double kSwitchBelow = 0.75;
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
@@ -137,14 +161,24 @@ class ShmTransport final : public Transport {
     // Stream position before which rewind() does not look at the tail again (after a look that found the
     // consumer too far behind).
     uint64_t rewind_after = 0;
+    // As receiver (adapt_): what the peer's large frames took each way, and our choice for them. As sender:
+    // when our next large frame to the peer goes the way it did not ask for, and whether the last one did.
+    PathChoice path;
+    std::chrono::steady_clock::time_point explore_at{};
+    bool explored = false;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
 
   ShmTransport(int rank, int size, uint64_t comm_tag, const ShmOptions& options);
   template <class OnBytes, class OnRemote>
-  void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, OnBytes&& on_bytes,
-               OnRemote&& on_remote);
+  void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, bool reduces,
+               OnBytes&& on_bytes, OnRemote&& on_remote);
+  // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or the
+  // other way once every explore_us.
+  bool attach_to(Peer& p);
+  // Receiver side of adapt_: one large frame from `peer` took `ns` for `len` bytes.
+  void timed_frame(int peer, bool reduces, bool by_attach, size_t len, std::chrono::steady_clock::duration took);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
@@ -171,7 +205,9 @@ class ShmTransport final : public Transport {
 
   uint64_t comm_tag_;
   ShmOptions options_;
-  bool cma_ = false;
+  bool cma_ = false;            // every local rank can read every other's memory by cross-memory attach
+  bool attach_first_ = false;  // large payloads go by attach until a receiver asks otherwise (adapt_)
+  bool adapt_ = false;         // receivers choose between ring and attach from their timings
   double attach_cost_ = 0;
   bool registered_ = false;
   void* probe_region_ = nullptr;  // a page of registered memory the peers map at creation (freed once all did)
