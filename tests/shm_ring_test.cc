@@ -319,30 +319,44 @@ TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
   }
 }
 
-// The receiver's choice between ring and attach (ShmOptions::adapt): it moves only where the other way costs
-// under kSwitchBelow of the current one, over the kinds of frame timed both ways, each an average of the last
-// few frames.
+// The receiver's choice between ring and attach (ShmOptions::adapt): each way's figure is a median, over the
+// chosen way's last 16 frames and the other way's last 4 (one try); the choice moves only where the other way
+// costs under kSwitchBelow (0.75) of the chosen one, summed over the kinds of frame timed both ways enough.
 TEST(PathChoice, MovesOnlyForAClearGainOverTheKindsTimedBothWays) {
   using Choice = transport::ShmTransport::PathChoice;
+  ASSERT_EQ(transport::ShmTransport::kSwitchBelow, 0.75);
+  ASSERT_EQ(Choice::kWindow, 16u);
+  ASSERT_EQ(Choice::kTried, 4u);
   Choice c;  // starts with the rings
-  EXPECT_FALSE(c.add(false, false, 1000));  // copies out of the ring: 1000 ns per KiB
+  for (int i = 0; i < 8; ++i) EXPECT_FALSE(c.add(false, false, 100)) << "copied frames through the ring";
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(c.add(false, true, 80)) << "attach at 0.8 of the rings is not enough";
   EXPECT_FALSE(c.attach);
-  EXPECT_FALSE(c.add(false, true, 800)) << "0.8 of the rings is not enough";
-  EXPECT_FALSE(c.attach);
-  EXPECT_FALSE(c.add(true, true, 2000)) << "reduced frames came by attach only: not compared";
-  // A second attach timing of 200 brings its average to 800 + (200 - 800) / 4 = 650 (< 750): it moves.
-  EXPECT_TRUE(c.add(false, true, 200));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(c.add(true, true, 1)) << "reduced frames came by attach only: not compared";
+  }
+  // The last four attach frames: 80 80 80 60 (median 80), then 80 80 60 60 (70 < 75): it moves.
+  EXPECT_FALSE(c.add(false, true, 60));
+  EXPECT_TRUE(c.add(false, true, 60));
   EXPECT_TRUE(c.attach);
-  EXPECT_EQ(c.samples[0][1], 2u);
-  EXPECT_DOUBLE_EQ(c.ns_per_kib[0][1], 650.0);
-  // Back only where the rings cost under 0.75 of attach: a ring average of 1000 + (100 - 1000) / 4 = 775 is
-  // not (0.75 x 650 = 487.5).
-  EXPECT_FALSE(c.add(false, false, 100));
-  EXPECT_TRUE(c.attach);
-  // Reduced frames timed both ways now count too: ring 775 + 100 = 875 against attach 650 + 2000 = 2650.
-  EXPECT_TRUE(c.add(true, false, 100));
+  // Now attach is the chosen way, judged once it has come 8 times: its figure is then the median of its last
+  // 16 (60 60 80 80 80 80 80 80: 80), and the rings must come under 60. Their last four: 100 100 100 50
+  // (median 100), 100 100 50 50 (75), 100 50 50 50 (50).
+  EXPECT_FALSE(c.add(false, true, 80));
+  EXPECT_FALSE(c.add(false, true, 80));
+  EXPECT_FALSE(c.add(false, false, 50));
+  EXPECT_FALSE(c.add(false, false, 50));
+  EXPECT_TRUE(c.add(false, false, 50));
   EXPECT_FALSE(c.attach);
-  EXPECT_EQ(c.samples[1][0], 1u);
+
+  // Kinds of frame timed both ways add up: attach at 0.4 of the rings for copied frames does not move a choice
+  // where reduced frames cost 4 times as much by attach (rings 100 + 100 against attach 40 + 400).
+  Choice d;
+  for (int i = 0; i < 8; ++i) EXPECT_FALSE(d.add(true, false, 100));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(d.add(true, true, 400));
+  for (int i = 0; i < 8; ++i) EXPECT_FALSE(d.add(false, false, 100));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(d.add(false, true, 40));
+  EXPECT_FALSE(d.attach);
+  EXPECT_EQ(d.samples[0][1], 4u);
 }
 
 // With the choice adapting, large payloads come both ways on one channel (CHORUS_SHM_EXPLORE_US=0: every other

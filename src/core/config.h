@@ -31,7 +31,7 @@ struct Config {
   size_t shm_single_copy_bytes = 64 << 10;
   int shm_cma = -1;
   bool shm_adapt = true;
-  uint32_t shm_explore_us = 20000;
+  uint32_t shm_explore_us = 1000000;
   size_t shm_stream_idle_bytes = size_t{2} << 20;
   bool shm_registered = true;
   bool shm_membarrier = true;

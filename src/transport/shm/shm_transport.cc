@@ -103,6 +103,10 @@ struct alignas(64) Ring {
   // The consumer's choice for the producer's large payloads (ShmOptions::adapt): kPathUnset (the choice made
   // at creation), kPathRing or kPathAttach. Written on a change only; the producer reads it per large frame.
   std::atomic<uint32_t> path;
+  // The producer's copy into the ring, per KiB of its large payloads (an average over its last few), for the
+  // consumer's choice: the rings cost both copies, and in some placements of the two cores the one into the
+  // ring is most of it (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
+  alignas(64) std::atomic<uint32_t> producer_ns_per_kib;
 };
 constexpr uint32_t kPathUnset = 0, kPathRing = 1, kPathAttach = 2;
 
@@ -485,11 +489,9 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->attach_first_ = cma && !(measure && t->attach_cost_ >= kAttachPaysBelow);
   t->cma_ = t->adapt_ || t->attach_first_;
   if (t->adapt_) {
-    const auto first_try = std::chrono::steady_clock::now() + std::chrono::microseconds(options.explore_us);
     for (int q : local) {
       if (q == rank) continue;
       t->peers_[q].path.attach = t->attach_first_;
-      t->peers_[q].explore_at = first_try;
     }
   }
 
@@ -772,7 +774,13 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
         const FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
         put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
       }
-      if (len) put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
+      if (adapt_ && len >= options_.single_copy_bytes) {
+        const auto t0 = std::chrono::steady_clock::now();
+        put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
+        timed_copy_in(ring.producer_ns_per_kib, len, std::chrono::steady_clock::now() - t0);
+      } else if (len) {
+        put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
+      }
       if (trailer) {
         // Stored last, with release order: a consumer that reads it (acquire) also sees every store above.
         auto* word =
@@ -801,33 +809,46 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
 }
 
 bool ShmTransport::attach_to(Peer& p) {
+  if (p.explore_left > 0) {
+    --p.explore_left;
+    return p.explore_attach;
+  }
   const uint32_t asked = p.segment->ring(peers_[rank_].local).path.load(std::memory_order_relaxed);
   const bool attach = asked == kPathUnset ? attach_first_ : asked == kPathAttach;
-  // Now and then a frame goes the other way, so that the receiver's figure for it stays current: once every
-  // explore_us (a clock read per large frame, tens of nanoseconds against microseconds of copying), never
-  // twice in a row.
-  if (p.explored) {
-    p.explored = false;
-    return attach;
-  }
+  // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
+  // which finds the caches set for the other way), so that the receiver's figure for it stays current: from
+  // the large frame after the first kWarmFrames (which the receiver does not time), then after at least kExploreSpacing large frames and 1 ms, 2, 4, ... up to
+  // explore_us. The frame count bounds what trying a slow way costs (5 frames in 133: at 2.5 times the
+  // chosen way's cost, 6%); the interval keeps it rare in a long run (a clock read per large frame, tens of
+  // nanoseconds against microseconds of copying).
+  ++p.large_frames;
+  if (p.large_frames < p.explore_after) return attach;
   const auto now = std::chrono::steady_clock::now();
   if (now < p.explore_at) return attach;
-  p.explore_at = now + std::chrono::microseconds(options_.explore_us);
-  p.explored = true;
+  const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(p.explorations, 16);
+  p.explore_at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
+  p.explore_after = p.large_frames + kExploreFrames + kExploreSpacing;
+  ++p.explorations;
+  p.explore_attach = !attach;
+  p.explore_left = kExploreFrames;
   return !attach;
 }
 
 bool ShmTransport::PathChoice::add(bool reduces, bool by_attach, double ns_per_kib_sample) {
-  double& e = ns_per_kib[reduces][by_attach];
+  // Each way's figure is the median of its last frames: the chosen way's last kWindow (16), the other way's
+  // last kTried (4, one try): a few frames disturbed (a cold cache, a page fault, the other core busy, a
+  // moment descheduled: a short frame takes microseconds) or lucky move it little. A kind of frame counts
+  // once the chosen way has come kWindow / 2 times and the other kTried times.
+  double* window = recent[reduces][by_attach];
   uint32_t& n = samples[reduces][by_attach];
-  // An average over about the last four frames: the placement of the two cores changes within minutes.
-  e = n == 0 ? ns_per_kib_sample : e + (ns_per_kib_sample - e) / 4;
+  window[n % kWindow] = ns_per_kib_sample;
   if (n < UINT32_MAX) ++n;
   double ring = 0, attach_cost = 0;
   for (int k = 0; k < 2; ++k) {
-    if (samples[k][0] > 0 && samples[k][1] > 0) {
-      ring += ns_per_kib[k][0];
-      attach_cost += ns_per_kib[k][1];
+    const uint32_t chosen = samples[k][attach], other = samples[k][!attach];
+    if (chosen >= kWindow / 2 && other >= kTried) {
+      ring += typical(k, false, attach ? kTried : kWindow);
+      attach_cost += typical(k, true, attach ? kWindow : kTried);
     }
   }
   if (ring <= 0 || attach_cost <= 0) return false;
@@ -837,16 +858,46 @@ bool ShmTransport::PathChoice::add(bool reduces, bool by_attach, double ns_per_k
   return true;
 }
 
+double ShmTransport::PathChoice::typical(int reduces, bool by_attach, uint32_t last) const {
+  const uint32_t total = samples[reduces][by_attach];
+  const uint32_t n = std::min({total, last, kWindow});
+  if (n == 0) return 0;
+  double v[kWindow];
+  for (uint32_t i = 0; i < n; ++i) v[i] = recent[reduces][by_attach][(total - 1 - i) % kWindow];
+  std::sort(v, v + n);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
+                                 std::chrono::steady_clock::duration took) {
+  const double sample = std::chrono::duration<double, std::nano>(took).count() * 1024.0 / static_cast<double>(len);
+  published.store(static_cast<uint32_t>(std::min(sample + 1, 1e9)), std::memory_order_relaxed);
+}
+
 void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t len,
                                std::chrono::steady_clock::duration took) {
-  const double ns = std::chrono::duration<double, std::nano>(took).count();
+  double ns = std::chrono::duration<double, std::nano>(took).count();
+  // Through the ring, the producer's copy of this frame in (published with the frame's last bytes) adds to ours
+  // out.
+  if (!by_attach) {
+    ns += self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) *
+          static_cast<double>(len) / 1024.0;
+  }
   PathChoice& c = peers_[peer].path;
-  if (!c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len))) return;
+  // The first frame after frames the other way is not timed: it finds the caches set for the other way.
+  // Nor are the first kWarmFrames: the rings' lines, the pages of the user's buffers, are still cold.
+  const bool transition = c.frames > 0 && c.last_attach != by_attach;
+  c.last_attach = by_attach;
+  if (c.frames < UINT32_MAX) ++c.frames;
+  if (c.frames <= kWarmFrames) return;
+  if (transition || !c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len))) return;
   ++waits_.path_switches;
   self_->ring(peers_[peer].local).path.store(c.attach ? kPathAttach : kPathRing, std::memory_order_relaxed);
   if (waits_.path_switches <= 16) {
     auto figure = [&](int k, int a) {
-      return c.samples[k][a] ? fmt::format("{:.0f}", c.ns_per_kib[k][a]) : std::string("-");
+      return c.samples[k][a] ? fmt::format("{:.0f}", c.typical(k, a != 0, (a != 0) == c.attach ? PathChoice::kWindow
+                                                                                            : PathChoice::kTried))
+                             : std::string("-");
     };
     base::log_info("rank {}: rank {}'s large payloads now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
                    "{}/{}){}",
@@ -944,12 +995,22 @@ bool ShmTransport::write_some(int peer) {
       if (take < left) take -= take % kAlign;  // a partial write ends on a cache line
       if (take > 0) {
         size_t payload = done < r.len ? std::min(take, r.len - done) : 0;  // the rest is padding
-        if (payload) put(head + wrote, r.data + done, payload);
+        if (payload && adapt_ && r.len >= options_.single_copy_bytes) {
+          const auto t0 = std::chrono::steady_clock::now();
+          put(head + wrote, r.data + done, payload);
+          r.copy_in += std::chrono::steady_clock::now() - t0;
+        } else if (payload) {
+          put(head + wrote, r.data + done, payload);
+        }
         wrote += take;
       }
     }
     if (wrote == 0) break;
     r.written += wrote;
+    // Published with the frame's last bytes, so that its consumer reads the figure for this frame.
+    if (!r.remote && adapt_ && r.len >= options_.single_copy_bytes && r.written == sizeof(FrameHeader) + body) {
+      timed_copy_in(ring.producer_ns_per_kib, r.len, r.copy_in);
+    }
     p.head = head + wrote;
     ring.head.store(p.head, std::memory_order_release);
     moved = true;
@@ -1094,6 +1155,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   const bool large = len >= options_.single_copy_bytes;
   const bool timed = adapt_ && large;
   const auto started = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  std::chrono::steady_clock::duration waited{};  // for the producer, within a frame through the ring
   // After a frame of more payload lines than kPrefetchLines (or a descriptor), the next wait prefetches one.
   const size_t lines = remote ? 1 : round_up(len, kAlign) / kAlign;
   peers_[peer].prefetch_lines = static_cast<uint32_t>(lines <= kPrefetchLines ? lines : 1);
@@ -1139,7 +1201,9 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       // Usually a small frame's body came with its header. Only the last piece skips the wait (which also
       // moves our own queued sends), so a frame streaming through the ring still overlaps with them.
       if (available(body - done) < body - done) {
+        const auto w0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         wait_until([&] { return available(1) > 0; }, deadline, peer, "data", &tag);
+        if (timed) waited += std::chrono::steady_clock::now() - w0;
       }
       const size_t got = std::min<uint64_t>(available(body - done), body - done);
       const size_t payload = done < len ? std::min(got, len - done) : 0;
@@ -1158,7 +1222,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   }
   if (!remote && large) {
     ++waits_.ring_large_frames;
-    if (timed) timed_frame(peer, reduces, false, len, std::chrono::steady_clock::now() - started);
+    if (timed) timed_frame(peer, reduces, false, len, std::chrono::steady_clock::now() - started - waited);
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)
   ring.tail.store(tail, std::memory_order_release);

@@ -30,12 +30,13 @@ struct ShmOptions {
   int cma = -1;
   // With cma auto (-1), the probe only makes the first choice: each receiver then times its large frames
   // both ways (the copy out of the ring against the attach read) and tells its sender which to use, per pair
-  // of ranks, and the sender tries the other way once every `explore_us` microseconds. The cost of the copy
+  // of ranks, and the sender tries the other way now and then: soon after creation, then less and less often,
+  // down to once every `explore_us` microseconds. The cost of the copy
   // out of a ring depends on where the two ranks' cores sit (docs/performance.md, "Ring or attach, chosen
   // while running"), which no probe at creation sees. false: the probe's choice stays (CHORUS_SHM_ADAPT=0).
   // Never where the ranks outnumber the cores: their timings there include being descheduled.
   bool adapt = true;
-  uint32_t explore_us = 20000;  // CHORUS_SHM_EXPLORE_US; 0: every other large frame tries the other way
+  uint32_t explore_us = 1000000;  // CHORUS_SHM_EXPLORE_US; 0: every other large frame tries the other way
   // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
   // where each local rank has a core of its own and the operation sends the peer at least this much (below,
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
@@ -103,18 +104,26 @@ class ShmTransport final : public Transport {
   // on fresh 4 KiB pages (as a user's heap buffers): the read's cost in copies. 0 if the read fails. About
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
-  // The receiver's choice between the two ways a large frame can come, from what each took (per byte, an
-  // average over the last few frames that came that way), kept apart for frames it copies and frames it
-  // reduces. It moves to the other way only where that costs under kSwitchBelow of the current one, summed
+  // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
+  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces. It moves to the other way only where that costs under kSwitchBelow of the current one, summed
   // over the kinds of frame that have come both ways, so figures close together do not make it flap.
   struct PathChoice {
-    double ns_per_kib[2][2] = {};  // [receiver reduces][came by attach]
+    static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
+    static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
+    double recent[2][2][kWindow] = {};  // [receiver reduces][came by attach]: ns per KiB of the last frames
     uint32_t samples[2][2] = {};
     bool attach = false;
+    bool last_attach = false;  // the way the last large frame came (timed_frame)
+    uint32_t frames = 0;       // large frames that came
     // Adds one frame's timing; returns true if the choice changed.
     bool add(bool reduces, bool by_attach, double ns_per_kib_sample);
+    // A way's figure: the median of its last `last` frames, at most kWindow (0: none yet).
+    double typical(int reduces, bool by_attach, uint32_t last) const;
   };
   static constexpr double kSwitchBelow = 0.75;
+  static constexpr uint32_t kExploreFrames = PathChoice::kTried;  // frames in a row that try the way not chosen, besides the first
+  static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
+  static constexpr uint32_t kWarmFrames = 8;  // a channel's first large frames, not timed
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
@@ -133,6 +142,7 @@ class ShmTransport final : public Transport {
     bool remote;     // a single-copy descriptor: the body is the descriptor, the payload stays here
     uint64_t index;  // frame number on this channel
     std::optional<RegionRef> region;  // a single-copy payload in registered memory
+    std::chrono::steady_clock::duration copy_in{};  // adapt_: time spent copying its payload into the ring
   };
   struct Peer {
     int local = -1;             // index among the host's ranks
@@ -165,7 +175,11 @@ class ShmTransport final : public Transport {
     // when our next large frame to the peer goes the way it did not ask for, and whether the last one did.
     PathChoice path;
     std::chrono::steady_clock::time_point explore_at{};
-    bool explored = false;
+    uint32_t explorations = 0;
+    uint32_t explore_left = 0;  // frames still to go the other way, as explore_attach says
+    uint64_t large_frames = 0;  // large frames sent to the peer (that could go either way)
+    uint64_t explore_after = kWarmFrames + 1;  // large_frames from which the next try may start
+    bool explore_attach = false;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
@@ -174,10 +188,14 @@ class ShmTransport final : public Transport {
   template <class OnBytes, class OnRemote>
   void receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, bool reduces,
                OnBytes&& on_bytes, OnRemote&& on_remote);
-  // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or the
-  // other way once every explore_us.
+  // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or now and
+  // then (less and less often, down to once every explore_us) kExploreFrames frames the other way.
   bool attach_to(Peer& p);
-  // Receiver side of adapt_: one large frame from `peer` took `ns` for `len` bytes.
+  // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
+  // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
+  static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
+  // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
+  // copy out, waits for the producer excluded).
   void timed_frame(int peer, bool reduces, bool by_attach, size_t len, std::chrono::steady_clock::duration took);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
