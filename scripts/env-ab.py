@@ -3,7 +3,11 @@
 
     scripts/env-ab.py ROUNDS NRANKS TRANSPORT 'A_SETTINGS' 'B_SETTINGS' -- CHORUS_PERF_ARGS...
 
-Options before the --: --column N, --bin DIR (chorus-run and chorus-perf; default build/bin).
+Options before the --: --column N, --bin DIR (chorus-run and chorus-perf; default build/bin), --c SETTINGS (a
+third setting, C, run after A and B in each round), --placement (before and after each round, time a cache-line
+round trip between the two CPUs with build/bin/cacheline_pingpong, and report rounds where both probes read
+under 200 ns apart from rounds where both read over 400 ns; rounds that moved in between are left out: on a
+virtual machine whose two CPUs sit in changing places, copies between them cost several times more in some).
 Each setting is a space-separated list of NAME=VALUE (use a dummy such as X=0 for "as it is"). Round i runs
 A then B when i is even, B then A when it is odd, each as `build/bin/chorus-run -n NRANKS --
 build/bin/chorus-perf ARGS` with CHORUS_TRANSPORT=TRANSPORT. For every size it prints the median over the rounds
@@ -57,33 +61,69 @@ def main():
     p.add_argument("transport")
     p.add_argument("a")
     p.add_argument("b")
+    p.add_argument("--c", default=None, help="a third setting, run after A and B in every round")
+    p.add_argument("--placement", action="store_true",
+                   help="probe the CPUs' cache-line round trip around each round and group rounds by it")
     p.add_argument("--column", type=int, default=6,
                    help="field of a '[0] size ...' row to compare (6: out-of-place time in us)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"),
                    help="where chorus-run and chorus-perf are (default: build/bin)")
     args = p.parse_args(argv[:split])
     perf_args = argv[split + 1:]
-    settings = [parse_settings(args.a), parse_settings(args.b)]
-    times = [collections.defaultdict(list), collections.defaultdict(list)]
+    names = ["A", "B"] + (["C"] if args.c is not None else [])
+    texts = [args.a, args.b] + ([args.c] if args.c is not None else [])
+    settings = [parse_settings(t) for t in texts]
+    groups = collections.defaultdict(lambda: [collections.defaultdict(list) for _ in names])
+    left_out = 0
     bin_dir = args.bin
+
+    def probe():
+        out = subprocess.run([os.path.join(bin_dir, "cacheline_pingpong"), "-q", "-s", "3", "-i", "100",
+                              "-n", "10000"], capture_output=True, text=True)
+        last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else []
+        return int(last[8]) if len(last) > 8 and last[8].isdigit() else -1  # "... median N ns" (the 9th field)
+
     for r in range(args.rounds):
-        for i in ([0, 1] if r % 2 == 0 else [1, 0]):
+        before = probe() if args.placement else 0
+        order = [0, 1] if r % 2 == 0 else [1, 0]
+        order += list(range(2, len(names)))
+        round_times = [collections.defaultdict(list) for _ in names]
+        for i in order:
             env = dict(os.environ, CHORUS_TRANSPORT=args.transport, **settings[i])
             cmd = [os.path.join(bin_dir, "chorus-run"), "-n", args.nranks, "--",
                    os.path.join(bin_dir, "chorus-perf")] + perf_args
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if out.returncode != 0:
-                sys.exit(f"env-ab.py: {' '.join(cmd)} ({'AB'[i]}) failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+                sys.exit(f"env-ab.py: {' '.join(cmd)} ({names[i]}) failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
             for size, t in rows(out.stdout, args.column):
-                times[i][size].append(t)
-    print(f"# {args.rounds} rounds, {args.nranks} ranks, {args.transport}: A = {args.a!r}, B = {args.b!r}")
+                round_times[i][size].append(t)
+        group = "all rounds"
+        if args.placement:
+            after = probe()
+            group = ("under 200 ns" if max(before, after) < 200 and min(before, after) > 0 else
+                     "over 400 ns" if min(before, after) > 400 else None)
+            if group is None:
+                left_out += 1
+                continue
+        for i in range(len(names)):
+            for size, ts in round_times[i].items():
+                groups[group][i][size].extend(ts)
+    print(f"# {args.rounds} rounds, {args.nranks} ranks, {args.transport}: " +
+          ", ".join(f"{n} = {t!r}" for n, t in zip(names, texts)))
     print(f"# chorus-perf {' '.join(perf_args)}")
-    print(f"{'size':>10} {'A median':>10} {'B median':>10} {'B/A':>6}   rounds: A | B")
-    for size in sorted(set(times[0]) & set(times[1])):
-        a, b = statistics.median(times[0][size]), statistics.median(times[1][size])
-        spread = " ".join(f"{x:.3g}" for x in times[0][size]) + " | " + " ".join(f"{x:.3g}" for x in times[1][size])
-        print(f"{size:>10} {a:10.4g} {b:10.4g} {b / a:6.2f}   {spread}")
-
+    if args.placement:
+        print(f"# rounds whose placement moved between the probes (left out): {left_out}")
+    for group, times in groups.items():
+        count = len(next(iter(times[0].values()), []))
+        if args.placement:
+            print(f"## cache-line round trip {group}: {count} rounds")
+        print(f"{'size':>10} " + " ".join(f"{n + ' median':>10}" for n in names) + " " +
+              " ".join(f"{n + '/A':>6}" for n in names[1:]) + "   rounds: " + " | ".join(names))
+        for size in sorted(set.intersection(*(set(t) for t in times))):
+            med = [statistics.median(t[size]) for t in times]
+            spread = " | ".join(" ".join(f"{x:.3g}" for x in t[size]) for t in times)
+            print(f"{size:>10} " + " ".join(f"{m:10.4g}" for m in med) + " " +
+                  " ".join(f"{m / med[0]:6.2f}" for m in med[1:]) + f"   {spread}")
 
 if __name__ == "__main__":
     main()

@@ -290,6 +290,7 @@ TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
       }
       seen[static_cast<size_t>(r)] = {comm.cross_memory_attach(), comm.attach_cost(),
                                       comm.traffic().attach_reads - before};
+      EXPECT_FALSE(comm.adapts_single_copy()) << "CHORUS_SHM_ADAPT=0";
     });
     for (int r = 0; r < kRanks; ++r) {
       const Seen& s = seen[static_cast<size_t>(r)];
@@ -395,6 +396,7 @@ TEST(AdaptivePath, RingAndAttachFramesInterleaveAndCarryTheSameBytes) {
     const TrafficCounters after = comm.traffic();
     const uint64_t attach = after.attach_reads - before.attach_reads;
     const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
+    EXPECT_EQ(comm.adapts_single_copy(), comm.ranks_per_core() <= 1.0) << "rank " << r;
     if (comm.ranks_per_core() <= 1.0) {
       EXPECT_GT(attach, 0u) << "rank " << r;
       EXPECT_GT(ring, 0u) << "rank " << r;

@@ -1507,12 +1507,15 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
              chorus::kernel_isa(), o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "",
              comm.tuning_source());
   if (comm.transport_name().starts_with("shm") && comm.local_size() > 1) {
-    fmt::print("# shared memory: large payloads {}{}\n",
+    fmt::print("# shared memory: large payloads {}{}{}\n",
                comm.cross_memory_attach() ? "by cross-memory attach (one copy)" : "through the rings (two copies)",
                comm.attach_cost() > 0 ? fmt::format("; an attach read measured at {:.1f} copies (CHORUS_SHM_CMA=auto: "
                                                     "attach where under 3)",
                                                     comm.attach_cost())
-                                      : std::string());
+                                      : std::string(),
+               comm.adapts_single_copy() ? "; then each receiver chooses rings or attach from its timings "
+                                           "(CHORUS_SHM_ADAPT)"
+                                         : "");
   }
   fmt::print("#\n");
   if (!bench.compared().empty()) {
@@ -1712,6 +1715,12 @@ int main(int argc, char** argv) {
       if (!compare_rows.empty()) compare_table.print_summary(compare_rows);
       fmt::print("# Out of bounds values : {} {}\n", failed, failed ? "FAILED" : "OK");
       if (compare_rows.empty()) fmt::print("# Avg bus bandwidth    : {:g}\n", bench.avg_busbw());
+      if (comm->adapts_single_copy()) {
+        const chorus::TrafficCounters t = comm->traffic();
+        fmt::print("# shared memory, rank 0's large payloads received: {} through the rings, {} by cross-memory "
+                   "attach; its choice between them changed {} times\n",
+                   t.ring_large_frames, t.attach_reads, t.path_switches);
+      }
       stolen.print_summary();
       fmt::print("#\n");
       if (!o.json_path.empty()) {

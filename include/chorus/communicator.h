@@ -350,6 +350,11 @@ class CHORUS_API Communicator {
   bool cross_memory_attach() const noexcept;
   // That probe's figure, in copies; 0 where none was made (CHORUS_SHM_CMA set, no local peer, attach refused).
   double attach_cost() const noexcept;
+  // Whether, after that first choice, each receiver on this host chooses between the rings and cross-memory
+  // attach for each sender from what its large payloads take each way (CHORUS_SHM_ADAPT, on by default with
+  // CHORUS_SHM_CMA=auto, where attach works and the host's ranks do not outnumber its cores). The choices
+  // made since show in traffic(): path_switches, ring_large_frames, attach_reads.
+  bool adapts_single_copy() const noexcept;
   // True once an error other than InvalidArgument has broken this communicator.
   bool failed() const noexcept;
 

@@ -242,6 +242,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     auto sm = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
     impl->cross_memory_attach = sm->single_copy();
     impl->attach_cost = sm->attach_cost();
+    impl->adapts_single_copy = sm->adapts();
     impl->transport = std::move(sm);
   } else if (impl->config.transport == TransportKind::Auto && local.size() > 1) {
     // Several hosts, several ranks on ours: shared memory inside, tcp across.
@@ -250,6 +251,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
     auto sm = transport::ShmTransport::connect(st, k + "shm/", rank, size, local, impl->comm_tag, shm, deadline);
     impl->cross_memory_attach = sm->single_copy();
     impl->attach_cost = sm->attach_cost();
+    impl->adapts_single_copy = sm->adapts();
     std::vector<bool> is_local(static_cast<size_t>(size), false);
     for (int r : local) is_local[static_cast<size_t>(r)] = true;
     impl->transport = std::make_unique<transport::HybridTransport>(std::move(sm), std::move(tcp), std::move(is_local));

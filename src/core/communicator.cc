@@ -1033,6 +1033,7 @@ double Communicator::copy_rate_gbps() const noexcept { return impl_->copy_gbps; 
 std::string Communicator::tuning_source() const { return impl_->tuning_source; }
 bool Communicator::cross_memory_attach() const noexcept { return impl_->cross_memory_attach; }
 double Communicator::attach_cost() const noexcept { return impl_->attach_cost; }
+bool Communicator::adapts_single_copy() const noexcept { return impl_->adapts_single_copy; }
 bool Communicator::failed() const noexcept { return impl_->failed.load(std::memory_order_acquire); }
 
 void Communicator::check_sizes(size_t small, size_t big, size_t factor, const char* what) {

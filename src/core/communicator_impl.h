@@ -60,6 +60,7 @@ struct Communicator::Impl {
   // automatic choice (ShmTransport::attach_cost; 0 where none was made).
   bool cross_memory_attach = false;
   double attach_cost = 0;
+  bool adapts_single_copy = false;  // ShmTransport::adapts()
   bool trace_opened = false;  // counted in the trace's open communicators (see core/trace.h)
 
   // The two locks below share one word (core/call_gate.h), so that a synchronous call takes both with one
