@@ -339,6 +339,7 @@ TEST(PathChoice, MovesOnlyForAClearGainOverTheKindsTimedBothWays) {
   EXPECT_FALSE(c.add(false, true, 60));
   EXPECT_TRUE(c.add(false, true, 60));
   EXPECT_TRUE(c.attach);
+  EXPECT_FALSE(c.clear) << "the rings at 100 against attach's 70 are not far apart";
   // Now attach is the chosen way, judged once it has come 8 times: its figure is then the median of its last
   // 16 (60 60 80 80 80 80 80 80: 80), and the rings must come under 60. Their last four: 100 100 100 50
   // (median 100), 100 100 50 50 (75), 100 50 50 50 (50).
@@ -357,6 +358,7 @@ TEST(PathChoice, MovesOnlyForAClearGainOverTheKindsTimedBothWays) {
   for (int i = 0; i < 8; ++i) EXPECT_FALSE(d.add(false, false, 100));
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(d.add(false, true, 40));
   EXPECT_FALSE(d.attach);
+  EXPECT_TRUE(d.clear) << "attach measured over twice the rings (440 against 200): tried less often";
   EXPECT_EQ(d.samples[0][1], 4u);
 }
 

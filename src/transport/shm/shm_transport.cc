@@ -101,7 +101,8 @@ struct alignas(64) Ring {
   alignas(64) std::atomic<uint64_t> consumed;  // frames the consumer has finished
   alignas(64) std::atomic<uint32_t> severed;   // fault injection: either side tore the channel down
   // The consumer's choice for the producer's large payloads (ShmOptions::adapt): kPathUnset (the choice made
-  // at creation), kPathRing or kPathAttach. Written on a change only; the producer reads it per large frame.
+  // at creation), kPathRing or kPathAttach, with kPathClear where the other way measured far slower (then the
+  // producer tries it less often). Written on a change only; the producer reads it per large frame.
   std::atomic<uint32_t> path;
   // The producer's copy into the ring, per KiB of its large payloads (an average over its last few), for the
   // consumer's choice: the rings cost both copies, and in some placements of the two cores the one into the
@@ -109,6 +110,8 @@ struct alignas(64) Ring {
   alignas(64) std::atomic<uint32_t> producer_ns_per_kib;
 };
 constexpr uint32_t kPathUnset = 0, kPathRing = 1, kPathAttach = 2;
+constexpr uint32_t kPathWay = 3;    // the bits above
+constexpr uint32_t kPathClear = 4;  // the other way measured over PathChoice::kClearAbove times the chosen one
 
 struct Descriptor {
   uint64_t address;  // in the producer's address space
@@ -747,9 +750,13 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     // An idle sender to a reducing receiver streams at any size (the receiver then reduces straight from the
     // ring: one pass instead of a copy and a pass); to a plain receiver only from options_.stream_idle_bytes,
     // below which streaming's extra cache-line transfers between the cores cost what the overlap saves.
+    // Where the receiver chooses from its timings (adapt_), its choice holds for idle senders too: the rule
+    // above was measured where the rings are fast, and where the cores sit far apart a reduce leaf streaming
+    // to its parent took 3-4 times as long as the peers' attach (docs/performance.md, "Ring or attach, chosen
+    // while running").
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
-    remote = region.has_value() || (cma_ && !stream && (adapt_ ? attach_to(p) : attach_first_));
+    remote = region.has_value() || (adapt_ ? attach_to(p) : cma_ && !stream && attach_first_);
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
@@ -814,7 +821,7 @@ bool ShmTransport::attach_to(Peer& p) {
     return p.explore_attach;
   }
   const uint32_t asked = p.segment->ring(peers_[rank_].local).path.load(std::memory_order_relaxed);
-  const bool attach = asked == kPathUnset ? attach_first_ : asked == kPathAttach;
+  const bool attach = (asked & kPathWay) == kPathUnset ? attach_first_ : (asked & kPathWay) == kPathAttach;
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: from
   // the large frame after the first kWarmFrames (which the receiver does not time), then after at least kExploreSpacing large frames and 1 ms, 2, 4, ... up to
@@ -827,7 +834,7 @@ bool ShmTransport::attach_to(Peer& p) {
   if (now < p.explore_at) return attach;
   const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(p.explorations, 16);
   p.explore_at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
-  p.explore_after = p.large_frames + kExploreFrames + kExploreSpacing;
+  p.explore_after = p.large_frames + kExploreFrames + ((asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing);
   ++p.explorations;
   p.explore_attach = !attach;
   p.explore_left = kExploreFrames;
@@ -853,9 +860,10 @@ bool ShmTransport::PathChoice::add(bool reduces, bool by_attach, double ns_per_k
   }
   if (ring <= 0 || attach_cost <= 0) return false;
   const bool want = attach ? !(ring < kSwitchBelow * attach_cost) : attach_cost < kSwitchBelow * ring;
-  if (want == attach) return false;
+  const bool changed = want != attach;
   attach = want;
-  return true;
+  clear = attach ? ring > kClearAbove * attach_cost : attach_cost > kClearAbove * ring;
+  return changed;
 }
 
 double ShmTransport::PathChoice::typical(int reduces, bool by_attach, uint32_t last) const {
@@ -890,9 +898,15 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
   c.last_attach = by_attach;
   if (c.frames < UINT32_MAX) ++c.frames;
   if (c.frames <= kWarmFrames) return;
-  if (transition || !c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len))) return;
+  if (transition) return;
+  const bool changed = c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len));
+  const uint32_t word = (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0);
+  if (word != c.published) {
+    self_->ring(peers_[peer].local).path.store(word, std::memory_order_relaxed);
+    c.published = word;
+  }
+  if (!changed) return;
   ++waits_.path_switches;
-  self_->ring(peers_[peer].local).path.store(c.attach ? kPathAttach : kPathRing, std::memory_order_relaxed);
   if (waits_.path_switches <= 16) {
     auto figure = [&](int k, int a) {
       return c.samples[k][a] ? fmt::format("{:.0f}", c.typical(k, a != 0, (a != 0) == c.attach ? PathChoice::kWindow

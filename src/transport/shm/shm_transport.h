@@ -110,9 +110,12 @@ class ShmTransport final : public Transport {
   struct PathChoice {
     static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
     static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
+    static constexpr double kClearAbove = 2.0;
     double recent[2][2][kWindow] = {};  // [receiver reduces][came by attach]: ns per KiB of the last frames
     uint32_t samples[2][2] = {};
     bool attach = false;
+    bool clear = false;        // the other way's figure is over kClearAbove times the chosen one's
+    uint32_t published = 0;    // the word last stored in the ring's `path` (timed_frame)
     bool last_attach = false;  // the way the last large frame came (timed_frame)
     uint32_t frames = 0;       // large frames that came
     // Adds one frame's timing; returns true if the choice changed.
@@ -123,6 +126,7 @@ class ShmTransport final : public Transport {
   static constexpr double kSwitchBelow = 0.75;
   static constexpr uint32_t kExploreFrames = PathChoice::kTried;  // frames in a row that try the way not chosen, besides the first
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
+  static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kWarmFrames = 8;  // a channel's first large frames, not timed
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
