@@ -104,6 +104,9 @@ struct alignas(64) Ring {
   // at creation), kPathRing or kPathAttach, with kPathClear where the other way measured far slower (then the
   // producer tries it less often). Written on a change only; the producer reads it per large frame.
   std::atomic<uint32_t> path;
+  // No try of the other way before this steady_clock time (ns since its epoch): the consumer pushes it out by
+  // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%.
+  std::atomic<int64_t> hold_tries_until;
   // The producer's copy into the ring, per KiB of its large payloads (an average over its last few), for the
   // consumer's choice: the rings cost both copies, and in some placements of the two cores the one into the
   // ring is most of it (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
@@ -832,6 +835,8 @@ bool ShmTransport::attach_to(Peer& p) {
   if (p.large_frames < p.explore_after) return attach;
   const auto now = std::chrono::steady_clock::now();
   if (now < p.explore_at) return attach;
+  const int64_t hold = p.segment->ring(peers_[rank_].local).hold_tries_until.load(std::memory_order_relaxed);
+  if (std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() < hold) return attach;
   const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(p.explorations, 16);
   p.explore_at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
   p.explore_after = p.large_frames + kExploreFrames + ((asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing);
@@ -899,6 +904,20 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
   if (c.frames < UINT32_MAX) ++c.frames;
   if (c.frames <= kWarmFrames) return;
   if (transition) return;
+  if (by_attach != c.attach) {
+    // A tried frame: what it cost beyond the chosen way's figure holds the next try back kHoldPerExtra times
+    // as long (a try of 5 frames of 8 MiB that each took 2 ms more than the rings holds the next 0.5 s).
+    const double chosen = c.typical(reduces, c.attach, PathChoice::kWindow) * static_cast<double>(len) / 1024.0;
+    if (chosen > 0 && ns > chosen) {
+      auto& hold = self_->ring(peers_[peer].local).hold_tries_until;
+      const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+      const int64_t until = std::max(hold.load(std::memory_order_relaxed), now) +
+                            static_cast<int64_t>(kHoldPerExtra * (ns - chosen));
+      hold.store(until, std::memory_order_relaxed);
+    }
+  }
   const bool changed = c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len));
   const uint32_t word = (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0);
   if (word != c.published) {

@@ -128,6 +128,7 @@ class ShmTransport final : public Transport {
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kWarmFrames = 8;  // a channel's first large frames, not timed
+  static constexpr double kHoldPerExtra = 50;  // a try's extra cost holds the next back this many times as long
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
   WaitCounters wait_counters() const noexcept override { return waits_; }
