@@ -115,6 +115,7 @@ struct alignas(64) Ring {
 constexpr uint32_t kPathUnset = 0, kPathRing = 1, kPathAttach = 2;
 constexpr uint32_t kPathWay = 3;    // the bits above
 constexpr uint32_t kPathClear = 4;  // the other way measured over PathChoice::kClearAbove times the chosen one
+constexpr uint32_t kPathRetry = 8;  // the other way looked better once: try it again soon, to confirm
 
 struct Descriptor {
   uint64_t address;  // in the producer's address space
@@ -823,23 +824,35 @@ bool ShmTransport::attach_to(Peer& p) {
     --p.explore_left;
     return p.explore_attach;
   }
-  const uint32_t asked = p.segment->ring(peers_[rank_].local).path.load(std::memory_order_relaxed);
+  const Ring& ring = p.segment->ring(peers_[rank_].local);
+  const uint32_t asked = ring.path.load(std::memory_order_relaxed);
   const bool attach = (asked & kPathWay) == kPathUnset ? attach_first_ : (asked & kPathWay) == kPathAttach;
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
-  // which finds the caches set for the other way), so that the receiver's figure for it stays current: from
-  // the large frame after the first kWarmFrames (which the receiver does not time), then after at least kExploreSpacing large frames and 1 ms, 2, 4, ... up to
-  // explore_us. The frame count bounds what trying a slow way costs (5 frames in 133: at 2.5 times the
-  // chosen way's cost, 6%); the interval keeps it rare in a long run (a clock read per large frame, tens of
-  // nanoseconds against microseconds of copying).
+  // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
+  // large frame after the first kWarmFrames (which the receiver does not time either), then after at least
+  // kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
+  // ... up to explore_us, and the ring's hold_tries_until. The frame count bounds what trying a slow way costs
+  // in a busy channel, the interval in a long run, the hold whatever the frames' size (a clock read per large
+  // frame: tens of nanoseconds against microseconds of copying). Where the receiver asks to confirm a change
+  // (kPathRetry), the next try comes after kRetrySpacing frames, without waiting.
   ++p.large_frames;
-  if (p.large_frames < p.explore_after) return attach;
+  const bool retry = (asked & kPathRetry) != 0;
+  if (p.explorations == 0) {
+    if (p.large_frames <= kWarmFrames) return attach;
+  } else {
+    const uint64_t spacing =
+        retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
+    if (p.large_frames < p.tried_at + kExploreFrames + 1 + spacing) return attach;
+  }
   const auto now = std::chrono::steady_clock::now();
-  if (now < p.explore_at) return attach;
-  const int64_t hold = p.segment->ring(peers_[rank_].local).hold_tries_until.load(std::memory_order_relaxed);
-  if (std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() < hold) return attach;
+  if (!retry) {
+    if (now < p.explore_at) return attach;
+    const int64_t hold = ring.hold_tries_until.load(std::memory_order_relaxed);
+    if (std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() < hold) return attach;
+  }
   const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(p.explorations, 16);
   p.explore_at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
-  p.explore_after = p.large_frames + kExploreFrames + ((asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing);
+  p.tried_at = p.large_frames;
   ++p.explorations;
   p.explore_attach = !attach;
   p.explore_left = kExploreFrames;
@@ -865,10 +878,22 @@ bool ShmTransport::PathChoice::add(bool reduces, bool by_attach, double ns_per_k
   }
   if (ring <= 0 || attach_cost <= 0) return false;
   const bool want = attach ? !(ring < kSwitchBelow * attach_cost) : attach_cost < kSwitchBelow * ring;
-  const bool changed = want != attach;
+  clear = want == attach && (attach ? ring > kClearAbove * attach_cost : attach_cost > kClearAbove * ring);
+  if (want == attach) {
+    candidate = false;
+    return false;
+  }
+  // A change needs two tries that both show it: a moment that slowed the chosen way's last frames (a core
+  // taken away for a while) would otherwise move it, and the way back waits for the next try.
+  if (!candidate) {
+    candidate = true;
+    candidate_try = tries;
+    return false;
+  }
+  if (tries == candidate_try || tried_samples < kTried) return false;
   attach = want;
-  clear = attach ? ring > kClearAbove * attach_cost : attach_cost > kClearAbove * ring;
-  return changed;
+  candidate = false;
+  return true;
 }
 
 double ShmTransport::PathChoice::typical(int reduces, bool by_attach, uint32_t last) const {
@@ -903,8 +928,15 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
   c.last_attach = by_attach;
   if (c.frames < UINT32_MAX) ++c.frames;
   if (c.frames <= kWarmFrames) return;
-  if (transition) return;
+  if (transition) {
+    if (by_attach != c.attach) {  // a try begins
+      ++c.tries;
+      c.tried_samples = 0;
+    }
+    return;
+  }
   if (by_attach != c.attach) {
+    ++c.tried_samples;
     // A tried frame: what it cost beyond the chosen way's figure holds the next try back kHoldPerExtra times
     // as long (a try of 5 frames of 8 MiB that each took 2 ms more than the rings holds the next 0.5 s).
     const double chosen = c.typical(reduces, c.attach, PathChoice::kWindow) * static_cast<double>(len) / 1024.0;
@@ -919,7 +951,8 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
     }
   }
   const bool changed = c.add(reduces, by_attach, ns * 1024.0 / static_cast<double>(len));
-  const uint32_t word = (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0);
+  const uint32_t word =
+      (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0) | (c.candidate ? kPathRetry : 0);
   if (word != c.published) {
     self_->ring(peers_[peer].local).path.store(word, std::memory_order_relaxed);
     c.published = word;
