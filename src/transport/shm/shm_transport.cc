@@ -913,11 +913,11 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
 }
 
 void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t len,
-                               std::chrono::steady_clock::duration took) {
+                               std::chrono::steady_clock::duration took, bool streamed) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
-  // Through the ring, the producer's copy of this frame in (published with the frame's last bytes) adds to ours
-  // out.
-  if (!by_attach) {
+  // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
+  // last bytes) adds to ours out.
+  if (!by_attach && !streamed) {
     ns += self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) *
           static_cast<double>(len) / 1024.0;
   }
@@ -1257,7 +1257,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     } else {
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
-      if (timed) timed_frame(peer, reduces, true, len, std::chrono::steady_clock::now() - started);
+      if (timed) timed_frame(peer, reduces, true, len, std::chrono::steady_clock::now() - started, false);
     }
     tail += kDescriptorBytes;
   } else {
@@ -1288,7 +1288,13 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   }
   if (!remote && large) {
     ++waits_.ring_large_frames;
-    if (timed) timed_frame(peer, reduces, false, len, std::chrono::steady_clock::now() - started - waited);
+    // A frame that streamed (we waited for the producer within it) cost what the two copies took side by side:
+    // the time from its header to its end. One that was whole in the ring when we came cost both copies.
+    if (timed) {
+      const auto wall = std::chrono::steady_clock::now() - started;
+      const bool streamed = waited > std::chrono::steady_clock::duration::zero();
+      timed_frame(peer, reduces, false, len, streamed ? wall : wall - waited, streamed);
+    }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)
   ring.tail.store(tail, std::memory_order_release);

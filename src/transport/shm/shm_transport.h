@@ -206,8 +206,9 @@ class ShmTransport final : public Transport {
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
-  // copy out, waits for the producer excluded).
-  void timed_frame(int peer, bool reduces, bool by_attach, size_t len, std::chrono::steady_clock::duration took);
+  // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
+  void timed_frame(int peer, bool reduces, bool by_attach, size_t len, std::chrono::steady_clock::duration took,
+                   bool streamed);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
