@@ -276,7 +276,7 @@ TEST(CrossMemoryAttach, FollowsTheProbeUnlessForced) {
   for (const char* mode : {"", "auto", "1", "0"}) {
     SCOPED_TRACE(std::string("CHORUS_SHM_CMA='") + mode + "'");
     ScopedEnv cma("CHORUS_SHM_CMA", mode);
-    ScopedEnv adapt("CHORUS_SHM_ADAPT", "0");  // the probe's choice only (AdaptivePath below)
+    ScopedEnv adapt("CHORUS_SHM_ADAPT", "0");         // the probe's choice only (AdaptivePath below)
     ScopedEnv algo("CHORUS_ALGO", "allreduce:ring");  // every rank sends and receives: no idle sender streams
     std::vector<Seen> seen(kRanks);
     run_world(kRanks, shm_options(), [&](Communicator& comm) {
@@ -387,7 +387,7 @@ TEST(AdaptivePath, RingAndAttachFramesInterleaveAndCarryTheSameBytes) {
   ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
   ScopedEnv explore("CHORUS_SHM_EXPLORE_US", "0");
   ScopedEnv algo("CHORUS_ALGO", "allreduce:ring;allgather:ring");  // both ranks send and receive: none idle
-  const size_t count = (size_t{256} << 10) / sizeof(float);  // above the 64 KiB single-copy size
+  const size_t count = (size_t{256} << 10) / sizeof(float);        // above the 64 KiB single-copy size
   run_world(2, shm_options(), [&](Communicator& comm) {
     const int r = comm.rank();
     const TrafficCounters before = comm.traffic();

@@ -1717,9 +1717,10 @@ int main(int argc, char** argv) {
       if (compare_rows.empty()) fmt::print("# Avg bus bandwidth    : {:g}\n", bench.avg_busbw());
       if (comm->adapts_single_copy()) {
         const chorus::TrafficCounters t = comm->traffic();
-        fmt::print("# shared memory, rank 0's large payloads received: {} through the rings, {} by cross-memory "
-                   "attach; its choice between them changed {} times\n",
-                   t.ring_large_frames, t.attach_reads, t.path_switches);
+        fmt::print(
+            "# shared memory, rank 0's large payloads received: {} through the rings, {} by cross-memory "
+            "attach; its choice between them changed {} times\n",
+            t.ring_large_frames, t.attach_reads, t.path_switches);
       }
       stolen.print_summary();
       fmt::print("#\n");

@@ -547,16 +547,15 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
-  base::log_info("shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}", count,
-                 ring >> 10,
-                 t->attach_first_ ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
-                 t->attach_cost_ > 0
-                     ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
-                                   t->attach_cost_, kAttachPaysBelow)
-                     : std::string(),
-                 t->adapt_ ? ", then as each receiver's timings choose" : "",
-                 registered ? ", or read in place from registered memory" : "",
-                 t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
+  base::log_info(
+      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}", count, ring >> 10,
+      t->attach_first_ ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
+      t->attach_cost_ > 0 ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
+                                        t->attach_cost_, kAttachPaysBelow)
+                          : std::string(),
+      t->adapt_ ? ", then as each receiver's timings choose" : "",
+      registered ? ", or read in place from registered memory" : "",
+      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
   return t;
 }
 
@@ -840,8 +839,7 @@ bool ShmTransport::attach_to(Peer& p) {
   if (p.explorations == 0) {
     if (p.large_frames <= kWarmFrames) return attach;
   } else {
-    const uint64_t spacing =
-        retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
+    const uint64_t spacing = retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
     if (p.large_frames < p.tried_at + kExploreFrames + 1 + spacing) return attach;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -942,11 +940,11 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
     const double chosen = c.typical(reduces, c.attach, PathChoice::kWindow) * static_cast<double>(len) / 1024.0;
     if (chosen > 0 && ns > chosen) {
       auto& hold = self_->ring(peers_[peer].local).hold_tries_until;
-      const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
-      const int64_t until = std::max(hold.load(std::memory_order_relaxed), now) +
-                            static_cast<int64_t>(kHoldPerExtra * (ns - chosen));
+      const int64_t now =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count();
+      const int64_t until =
+          std::max(hold.load(std::memory_order_relaxed), now) + static_cast<int64_t>(kHoldPerExtra * (ns - chosen));
       hold.store(until, std::memory_order_relaxed);
     }
   }
@@ -961,15 +959,16 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
   ++waits_.path_switches;
   if (waits_.path_switches <= 16) {
     auto figure = [&](int k, int a) {
-      return c.samples[k][a] ? fmt::format("{:.0f}", c.typical(k, a != 0, (a != 0) == c.attach ? PathChoice::kWindow
-                                                                                            : PathChoice::kTried))
-                             : std::string("-");
+      return c.samples[k][a]
+                 ? fmt::format("{:.0f}",
+                               c.typical(k, a != 0, (a != 0) == c.attach ? PathChoice::kWindow : PathChoice::kTried))
+                 : std::string("-");
     };
-    base::log_info("rank {}: rank {}'s large payloads now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
-                   "{}/{}){}",
-                   rank_, peer, c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0),
-                   figure(0, 1), figure(1, 0), figure(1, 1),
-                   waits_.path_switches == 16 ? "; later changes are not logged" : "");
+    base::log_info(
+        "rank {}: rank {}'s large payloads now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
+        "{}/{}){}",
+        rank_, peer, c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0), figure(0, 1), figure(1, 0),
+        figure(1, 1), waits_.path_switches == 16 ? "; later changes are not logged" : "");
   }
 }
 
@@ -1131,8 +1130,8 @@ void ShmTransport::flush(const base::Deadline& deadline) {
 // where it lies in the sender's registered memory (mapped here); on_remote(pid, address, len) once for any
 // other single-copy frame.
 template <class OnBytes, class OnRemote>
-void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline,
-                           bool reduces, OnBytes&& on_bytes, OnRemote&& on_remote) {
+void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const base::Deadline& deadline, bool reduces,
+                           OnBytes&& on_bytes, OnRemote&& on_remote) {
   check_usable();
   if (peers_[peer].severed) throw_peer_failure(peer);
   const int from = peers_[peer].local;

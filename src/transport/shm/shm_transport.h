@@ -105,8 +105,9 @@ class ShmTransport final : public Transport {
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
   // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
-  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces. It moves to the other way only where that costs under kSwitchBelow of the current one, summed
-  // over the kinds of frame that have come both ways, so figures close together do not make it flap.
+  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces. It moves
+  // to the other way only where that costs under kSwitchBelow of the current one, summed over the kinds of frame that
+  // have come both ways, so figures close together do not make it flap.
   struct PathChoice {
     static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
     static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
@@ -114,14 +115,14 @@ class ShmTransport final : public Transport {
     double recent[2][2][kWindow] = {};  // [receiver reduces][came by attach]: ns per KiB of the last frames
     uint32_t samples[2][2] = {};
     bool attach = false;
-    bool clear = false;        // the other way's figure is over kClearAbove times the chosen one's
-    bool candidate = false;    // the other way looked better at try number candidate_try: confirm at a later one
+    bool clear = false;      // the other way's figure is over kClearAbove times the chosen one's
+    bool candidate = false;  // the other way looked better at try number candidate_try: confirm at a later one
     uint32_t candidate_try = 0;
     uint32_t tries = 0;          // tries seen (frames the other way after frames the chosen way)
     uint32_t tried_samples = 0;  // frames of the last try timed
-    uint32_t published = 0;    // the word last stored in the ring's `path` (timed_frame)
-    bool last_attach = false;  // the way the last large frame came (timed_frame)
-    uint32_t frames = 0;       // large frames that came
+    uint32_t published = 0;      // the word last stored in the ring's `path` (timed_frame)
+    bool last_attach = false;    // the way the last large frame came (timed_frame)
+    uint32_t frames = 0;         // large frames that came
     // Adds one frame's timing; returns true if the choice changed. The caller counts tries (tries,
     // tried_samples): a change needs the figures of two tries to show it.
     bool add(bool reduces, bool by_attach, double ns_per_kib_sample);
@@ -129,11 +130,12 @@ class ShmTransport final : public Transport {
     double typical(int reduces, bool by_attach, uint32_t last) const;
   };
   static constexpr double kSwitchBelow = 0.75;
-  static constexpr uint32_t kExploreFrames = PathChoice::kTried;  // frames in a row that try the way not chosen, besides the first
+  static constexpr uint32_t kExploreFrames =
+      PathChoice::kTried;                           // frames in a row that try the way not chosen, besides the first
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
-  static constexpr uint32_t kRetrySpacing = 16;  // large frames between a try and the one that confirms it
-  static constexpr uint32_t kWarmFrames = 8;  // a channel's first large frames, not timed
+  static constexpr uint32_t kRetrySpacing = 16;           // large frames between a try and the one that confirms it
+  static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
   static constexpr double kHoldPerExtra = 50;  // a try's extra cost holds the next back this many times as long
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
@@ -189,7 +191,7 @@ class ShmTransport final : public Transport {
     uint32_t explorations = 0;
     uint32_t explore_left = 0;  // frames still to go the other way, as explore_attach says
     uint64_t large_frames = 0;  // large frames sent to the peer (that could go either way)
-    uint64_t tried_at = 0;  // large_frames when the last try began
+    uint64_t tried_at = 0;      // large_frames when the last try began
     bool explore_attach = false;
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
@@ -235,7 +237,7 @@ class ShmTransport final : public Transport {
 
   uint64_t comm_tag_;
   ShmOptions options_;
-  bool cma_ = false;            // every local rank can read every other's memory by cross-memory attach
+  bool cma_ = false;           // every local rank can read every other's memory by cross-memory attach
   bool attach_first_ = false;  // large payloads go by attach until a receiver asks otherwise (adapt_)
   bool adapt_ = false;         // receivers choose between ring and attach from their timings
   double attach_cost_ = 0;
