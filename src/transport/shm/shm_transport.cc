@@ -107,9 +107,9 @@ struct alignas(64) Ring {
   // No try of the other way before this steady_clock time (ns since its epoch): the consumer pushes it out by
   // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%.
   std::atomic<int64_t> hold_tries_until;
-  // The producer's copy into the ring, per KiB of its large payloads (an average over its last few), for the
-  // consumer's choice: the rings cost both copies, and in some placements of the two cores the one into the
-  // ring is most of it (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
+  // The producer's copy into the ring of its last large payload, per KiB, for the consumer's choice: the
+  // rings cost both copies, and in some placements of the two cores the one into the ring is most of it
+  // (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
   alignas(64) std::atomic<uint32_t> producer_ns_per_kib;
 };
 constexpr uint32_t kPathUnset = 0, kPathRing = 1, kPathAttach = 2;
@@ -784,13 +784,10 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
         const FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
         put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
       }
-      if (adapt_ && len >= options_.single_copy_bytes) {
-        const auto t0 = std::chrono::steady_clock::now();
-        put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
-        timed_copy_in(ring.producer_ns_per_kib, len, std::chrono::steady_clock::now() - t0);
-      } else if (len) {
-        put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
-      }
+      const bool timed = adapt_ && len >= options_.single_copy_bytes;
+      const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      if (len) put_ring(ring_data, head + sizeof(FrameHeader), static_cast<const char*>(data), len);
+      if (timed) timed_copy_in(ring.producer_ns_per_kib, len, std::chrono::steady_clock::now() - t0);
       if (trailer) {
         // Stored last, with release order: a consumer that reads it (acquire) also sees every store above.
         auto* word =
@@ -1060,13 +1057,10 @@ bool ShmTransport::write_some(int peer) {
       if (take < left) take -= take % kAlign;  // a partial write ends on a cache line
       if (take > 0) {
         size_t payload = done < r.len ? std::min(take, r.len - done) : 0;  // the rest is padding
-        if (payload && adapt_ && r.len >= options_.single_copy_bytes) {
-          const auto t0 = std::chrono::steady_clock::now();
-          put(head + wrote, r.data + done, payload);
-          r.copy_in += std::chrono::steady_clock::now() - t0;
-        } else if (payload) {
-          put(head + wrote, r.data + done, payload);
-        }
+        const bool timed = payload && adapt_ && r.len >= options_.single_copy_bytes;
+        const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        if (payload) put(head + wrote, r.data + done, payload);
+        if (timed) r.copy_in += std::chrono::steady_clock::now() - t0;
         wrote += take;
       }
     }
@@ -1215,8 +1209,8 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   check_intact_data_frame(h, tag, len, comm_tag_, rank_, peer);
   const bool remote = (h.flags & kFlagRemote) != 0;
   tail += sizeof(FrameHeader);
-  // Adapting (adapt_), a large frame's time from its header to its last byte, either way it came: through the
-  // ring that covers both copies as they overlap, by attach the read.
+  // Adapting (adapt_), a large frame is timed from its header on: by attach the read; through the ring our
+  // copy out (plus the producer's copy in, timed_frame), or where it streamed the whole time to its end.
   const bool large = len >= options_.single_copy_bytes;
   const bool timed = adapt_ && large;
   const auto started = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};

@@ -29,14 +29,14 @@ struct ShmOptions {
   // copies (ShmTransport::probe_attach_cost). Elsewhere large payloads stream through the rings.
   int cma = -1;
   // With cma auto (-1), the probe only makes the first choice: each receiver then times its large frames
-  // both ways (the copy out of the ring against the attach read) and tells its sender which to use, per pair
-  // of ranks, and the sender tries the other way now and then: soon after creation, then less and less often,
-  // down to once every `explore_us` microseconds. The cost of the copy
-  // out of a ring depends on where the two ranks' cores sit (docs/performance.md, "Ring or attach, chosen
-  // while running"), which no probe at creation sees. false: the probe's choice stays (CHORUS_SHM_ADAPT=0).
-  // Never where the ranks outnumber the cores: their timings there include being descheduled.
+  // both ways (both copies through the ring, against the attach read) and tells its sender which to use, per
+  // pair of ranks, and the sender tries the other way now and then: soon after creation, then less and less
+  // often, at most once every `explore_us` microseconds once settled. What the rings cost depends on where
+  // the two ranks' cores sit (docs/performance.md, "Ring or attach, chosen while running"), which no probe at
+  // creation sees. false: the probe's choice stays (CHORUS_SHM_ADAPT=0). Never where the ranks outnumber the
+  // cores: their timings there include being descheduled.
   bool adapt = true;
-  uint32_t explore_us = 1000000;  // CHORUS_SHM_EXPLORE_US; 0: every other large frame tries the other way
+  uint32_t explore_us = 1000000;  // CHORUS_SHM_EXPLORE_US; 0: tries limited by frame counts only
   // An idle sender's large payloads (SenderWork::idle) stream through the ring, so both ranks' cores copy,
   // where each local rank has a core of its own and the operation sends the peer at least this much (below,
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
@@ -87,7 +87,7 @@ class ShmTransport final : public Transport {
   void sever(int peer) override;
 
   // Whether large payloads went by cross-memory attach at creation (else they stream through the rings); with
-  // adapt, each pair of ranks may change that later (path_choice).
+  // adapt, each pair of ranks may change that later (PathChoice).
   bool single_copy() const { return cma_ && attach_first_; }
   // Whether each receiver chooses ring or attach for its senders from its timings (ShmOptions::adapt).
   bool adapts() const { return adapt_; }
@@ -105,9 +105,10 @@ class ShmTransport final : public Transport {
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
   // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
-  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces. It moves
-  // to the other way only where that costs under kSwitchBelow of the current one, summed over the kinds of frame that
-  // have come both ways, so figures close together do not make it flap.
+  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces.
+  // It moves to the other way only where that costs under kSwitchBelow of the current one, summed over the
+  // kinds of frame that have come both ways, at two tries in a row, so that figures close together or a
+  // moment's disturbance do not make it flap.
   struct PathChoice {
     static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
     static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
@@ -130,8 +131,8 @@ class ShmTransport final : public Transport {
     double typical(int reduces, bool by_attach, uint32_t last) const;
   };
   static constexpr double kSwitchBelow = 0.75;
-  static constexpr uint32_t kExploreFrames =
-      PathChoice::kTried;                           // frames in a row that try the way not chosen, besides the first
+  // Frames in a row that try the way not chosen, besides the first (which the receiver does not time).
+  static constexpr uint32_t kExploreFrames = PathChoice::kTried;
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kRetrySpacing = 16;           // large frames between a try and the one that confirms it
@@ -185,7 +186,7 @@ class ShmTransport final : public Transport {
     // consumer too far behind).
     uint64_t rewind_after = 0;
     // As receiver (adapt_): what the peer's large frames took each way, and our choice for them. As sender:
-    // when our next large frame to the peer goes the way it did not ask for, and whether the last one did.
+    // when and for how many frames our large frames to the peer go the way it did not ask for (attach_to).
     PathChoice path;
     std::chrono::steady_clock::time_point explore_at{};
     uint32_t explorations = 0;
