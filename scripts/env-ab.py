@@ -7,7 +7,9 @@ Options before the --: --column N, --bin DIR (chorus-run and chorus-perf; defaul
 third setting, C, run after A and B in each round), --placement (before and after each round, time a cache-line
 round trip between the two CPUs with build/bin/cacheline_pingpong, and report rounds where both probes read
 under 200 ns apart from rounds where both read over 400 ns; rounds that moved in between are left out: on a
-virtual machine whose two CPUs sit in changing places, copies between them cost several times more in some).
+virtual machine whose two CPUs sit in changing places, copies between them cost several times more in some),
+--only near|far (implies --placement: start a round only once the probe reads under 200 ns, or over 400 ns,
+probing every 5 s; --wait-s S, default 1800, bounds the whole wait, after which the rounds so far are reported).
 Each setting is a space-separated list of NAME=VALUE (use a dummy such as X=0 for "as it is"). Round i runs
 A then B when i is even, B then A when it is odd, each as `build/bin/chorus-run -n NRANKS --
 build/bin/chorus-perf ARGS` with CHORUS_TRANSPORT=TRANSPORT. For every size it prints the median over the rounds
@@ -25,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,11 +67,17 @@ def main():
     p.add_argument("--c", default=None, help="a third setting, run after A and B in every round")
     p.add_argument("--placement", action="store_true",
                    help="probe the CPUs' cache-line round trip around each round and group rounds by it")
+    p.add_argument("--only", choices=["near", "far"], default=None,
+                   help="run rounds only while the CPUs sit under 200 ns (near) or over 400 ns (far) apart")
+    p.add_argument("--wait-s", type=float, default=1800.0,
+                   help="with --only: the longest total wait for the placement (default 1800 s)")
     p.add_argument("--column", type=int, default=6,
                    help="field of a '[0] size ...' row to compare (6: out-of-place time in us)")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"),
                    help="where chorus-run and chorus-perf are (default: build/bin)")
     args = p.parse_args(argv[:split])
+    if args.only:
+        args.placement = True
     perf_args = argv[split + 1:]
     names = ["A", "B"] + (["C"] if args.c is not None else [])
     texts = [args.a, args.b] + ([args.c] if args.c is not None else [])
@@ -83,8 +92,19 @@ def main():
         last = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else []
         return int(last[8]) if len(last) > 8 and last[8].isdigit() else -1  # "... median N ns" (the 9th field)
 
+    def wanted(ns):
+        return ns > 0 and (ns < 200 if args.only == "near" else ns > 400)
+
+    waited = 0.0
     for r in range(args.rounds):
         before = probe() if args.placement else 0
+        while args.only and not wanted(before) and waited < args.wait_s:
+            time.sleep(5)
+            waited += 5
+            before = probe()
+        if args.only and not wanted(before):
+            print(f"# waited {waited:.0f} s for the CPUs to sit {args.only}: {r} rounds run", file=sys.stderr)
+            break
         order = [0, 1] if r % 2 == 0 else [1, 0]
         order += list(range(2, len(names)))
         round_times = [collections.defaultdict(list) for _ in names]

@@ -119,10 +119,10 @@ double copy_rate_gbps() noexcept {
     std::memset(from, 1, kCopyProbeBytes);
     std::memset(to, 2, kCopyProbeBytes);
     double best = 0;
-    for (int i = 0; i < 8; ++i) {
-      // Spread over a few milliseconds: a copy that shared the memory with another process's burst (the other
+    for (int i = 0; i < kCopyProbeRounds; ++i) {
+      // Spread over tens of milliseconds: a copy that shared the memory with another process's burst (the other
       // ranks start at the same time) is slower, and only the fastest counts.
-      if (i > 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      if (i > 0) std::this_thread::sleep_for(std::chrono::microseconds(250));
       const auto t0 = std::chrono::steady_clock::now();
       std::memcpy(to, from, kCopyProbeBytes);
       // The copy's result is "used": the compiler may not drop it as a store to memory about to be unmapped.
