@@ -186,6 +186,20 @@ GENERATIONS = [
     # hot sweeps of the commit above, 17:05-17:11 UTC; 3 ranks joined them at 17:33-17:36 UTC.
     {"dirs": ["docs/data/algos-reg-h4-inplace", "docs/data/algos-reg-h4-inplace2", "docs/data/algos-reg-h4-inplace-hot",
               "docs/data/algos-reg-h4-inplace-hot2"], "copy_gbps": 40.0, "registered": True, "in_place": True},
+    # The second kind again, on the fortieth to forty-second sessions' host (AMD EPYC of CPU family 25; its
+    # copy probe reads 18-38 GB/s with the 48-copy probe, the second kind every time: docs/algorithms.md, "A
+    # copy-rate probe that holds still"). The tables above for this kind were timed in the nineteenth to
+    # twenty-first sessions on another host, before the linear reduce, the tcp transport's reno and the shm
+    # transport's later changes (frame prefetch, streaming own blocks, ring rewinds, attach chosen while
+    # running); the sweeps of this code found the 4-rank tcp reduce's binomial, their choice from 1 to 16 MiB,
+    # at 1.3-1.5 times reduce_scatter_gather (which those tables had at 1.4-1.7 times binomial), and the 2-rank
+    # tcp all_reduce's tree at 1 MiB 1.24 times rabenseifner. Commit 8bdfb8e on this host: two cold sweeps
+    # (algos-s42-shm, -shm2; algos-s42-tcp, -tcp2) and two hot ones (ROTATE=0: -hot, -hot2) at 2, 3 and 4
+    # ranks, one of each at 8; all_reduce, all_gather, reduce_scatter and all_to_all timed by the mean over
+    # ranks, broadcast and reduce by the slowest rank (AVERAGE=3), as the earlier kind's newest tables.
+    {"dirs": ["docs/data/algos-s42-shm", "docs/data/algos-s42-shm-hot", "docs/data/algos-s42-shm2",
+              "docs/data/algos-s42-shm-hot2", "docs/data/algos-s42-tcp", "docs/data/algos-s42-tcp-hot",
+              "docs/data/algos-s42-tcp2", "docs/data/algos-s42-tcp-hot2"], "copy_gbps": 40.0},
 ]
 
 
