@@ -27,9 +27,9 @@ int usable_cores() noexcept;
 // only if one of them ran undisturbed: while a job's ranks start together, their own set-up streams memory on
 // the other cores, and the fastest of 8 copies over 4 ms read 13.7-35.7 GB/s over 8 jobs of 4 ranks on one host
 // (3 of them on the other side of the 17.9 GB/s between its two built-in kinds, so the job's algorithms changed
-// from run to run), the fastest of 48 over 30-40 ms 30.4-38.0 (docs/algorithms.md, "A copy-rate probe that holds still").
-// Measured once per process, on first use: about 30-40 ms with huge pages, more without them where page faults
-// are slow. 0 when the buffers cannot be mapped.
+// from run to run), the fastest of 48 over 30-40 ms 30.4-38.0 (docs/algorithms.md, "A copy-rate probe that holds
+// still"). Measured once per process, on first use: about 30-40 ms with huge pages, more without them where page
+// faults are slow. 0 when the buffers cannot be mapped.
 inline constexpr int kCopyProbeRounds = 48;
 inline constexpr size_t kCopyProbeBytes = size_t{8} << 20;
 double copy_rate_gbps() noexcept;
