@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import unittest
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "env-ab.py")
@@ -46,6 +47,28 @@ class EnvAb(unittest.TestCase):
                   "-e", "8", "-n", "5")
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("is not a number", out.stderr)
+
+    def test_only_waits_for_the_placement_asked_for(self):
+        # A bin directory whose cache-line probe always reads 100 ns (the two CPUs near): --only near runs every
+        # round and groups them under 200 ns; --only far runs none once its wait is spent, and says so.
+        with tempfile.TemporaryDirectory() as d:
+            for tool in ("chorus-run", "chorus-perf"):
+                os.symlink(os.path.join(os.path.abspath(BIN), tool), os.path.join(d, tool))
+            probe = os.path.join(d, "cacheline_pingpong")
+            with open(probe, "w") as f:
+                f.write("#!/bin/sh\necho 'cpus 0,1: round trip min 90 ns, median 100 ns, max 110 ns'\n")
+            os.chmod(probe, 0o755)
+            args = ["2", "2", "shm", "X=0", "X=1", "--bin", d]
+            perf = ["--", "allreduce", "-b", "8", "-e", "64", "-f", "8", "-n", "10", "-w", "1"]
+            out = run(*args, "--only", "near", *perf)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("## cache-line round trip under 200 ns: 2 rounds", out.stdout)
+            self.assertEqual([l.split()[0] for l in out.stdout.splitlines() if l and l.split()[0].isdigit()],
+                             ["8", "64"])
+            out = run(*args, "--only", "far", "--wait-s", "0", *perf)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("waited 0 s for the CPUs to sit far: 0 rounds run", out.stderr)
+            self.assertNotIn("## cache-line round trip", out.stdout)
 
     def test_bad_setting_and_failing_run(self):
         out = run("1", "2", "shm", "X", "Y=1", "--bin", BIN, "--", "allreduce")
