@@ -1,8 +1,8 @@
 // The base layer's clocks, deadlines and CPU accounting.
 #include <gtest/gtest.h>
-
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -90,6 +90,24 @@ TEST(Cores, UnionOfAffinityMasksCappedByTheSmallestQuota) {
   EXPECT_LE(usable_cores(), CPU_COUNT(&set));
   EXPECT_EQ(usable_cores(), cores_of({cpu_signature()}));
   EXPECT_EQ(cpu_signature().find_first_of("/|"), std::string::npos);
+}
+
+// The copy-rate probe stops once its fastest copy reads `enough`, and a later call that needs more goes on
+// from where it stopped, up to kCopyProbeRounds copies in all; its figure only ever rises.
+TEST(CopyProbe, StopsOnceEnoughAndGoesOnFromThere) {
+  const int before = copy_probe_rounds();
+  const double first = copy_rate_gbps(1e-9);  // any copy at all is enough
+  ASSERT_GT(first, 0.0);
+  EXPECT_EQ(copy_probe_rounds(), std::max(before, 1));  // one copy, unless an earlier call made some
+  EXPECT_EQ(copy_rate_gbps(1e-9), first);               // settled: no more copies
+  EXPECT_EQ(copy_probe_rounds(), std::max(before, 1));
+  const double all = copy_rate_gbps(first * 1e6);  // out of reach: every round
+  EXPECT_EQ(copy_probe_rounds(), kCopyProbeRounds);
+  EXPECT_GE(all, first);
+  EXPECT_LT(all, 1e5);
+  EXPECT_EQ(copy_rate_gbps(), all);  // done: the figure at once, whatever is asked
+  EXPECT_EQ(copy_rate_gbps(1e-9), all);
+  EXPECT_EQ(copy_probe_rounds(), kCopyProbeRounds);
 }
 
 }  // namespace

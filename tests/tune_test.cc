@@ -655,7 +655,9 @@ TEST(TuningFile, EntriesFromSeveralKindsOfHostApplyToTheNearestKind) {
     EXPECT_LT(seen[0], 10000.0);
     EXPECT_EQ(seen[1], seen[0]);
     EXPECT_EQ(seen[2], seen[0]);
-    EXPECT_NEAR(seen[0], base::copy_rate_gbps(), 0.001);  // as published: three decimals
+    // As published (three decimals): the probe's figure once past the tuning's highest line, where rank 0
+    // stopped copying (a second call that asks no more copies nothing more).
+    EXPECT_NEAR(seen[0], base::copy_rate_gbps(tune::copy_rate_settles_at(&t)), 0.001);
   }
   // A bad figure fails creation, naming the variable, before anything is published.
   for (const char* bad : {"fast", "0", "-3", "4x", "nan"}) {
@@ -666,6 +668,68 @@ TEST(TuningFile, EntriesFromSeveralKindsOfHostApplyToTheNearestKind) {
     EXPECT_NE(what.find("CHORUS_COPY_GBPS"), std::string::npos) << "'" << bad << "': " << what;
   }
   std::remove(path.c_str());
+}
+
+// Above copy_rate_settles_at no entry choice changes with the copy rate, and just below it one does: so the
+// communicator's probe may stop copying once its fastest copy reads that much.
+TEST(TuningFile, CopyRateSettlesAboveTheHighestLineBetweenKinds) {
+  // Any copy rate above the built-in tuning's line chooses every entry as a very fast host does; just under
+  // it some entry differs. World sizes 1 to 20 cover every measured one, the ties between two of them and
+  // beyond.
+  const double line = tune::copy_rate_settles_at(nullptr);
+  ASSERT_GT(line, 0.0);
+  bool differs_below = false;
+  for (const char* transport : {"shm", "tcp"}) {
+    for (int world = 1; world <= 20; ++world) {
+      const tune::LinkEntry* fast = &tune::entry_for(nullptr, transport, world, 1e6);
+      for (double above : {line * (1 + 1e-9), line * 1.5, line * 10}) {
+        EXPECT_EQ(&tune::entry_for(nullptr, transport, world, above), fast)
+            << transport << " " << world << " " << above;
+      }
+      differs_below |= &tune::entry_for(nullptr, transport, world, line * (1 - 1e-9)) != fast;
+    }
+  }
+  EXPECT_TRUE(differs_below);
+
+  // A file's transports replace the built-in ones: with every transport in the file, its own lines count. Its
+  // kinds at 4 ranks are 6, 40 and 90 GB/s: 90 is nearest from sqrt(40 * 90) = 60 up.
+  auto entry = [](int world, double copy, double alpha_us) {
+    return fmt::format(R"({{"world_size": {}, "copy_gbps": {}, "alpha_us": {}, "overhead_us": 0.1,
+       "beta_ns_per_byte": 0.001, "gamma_ns_per_byte": 0.1}})",
+                       world, copy, alpha_us);
+  };
+  const tune::Tuning t = tune::parse_tuning(
+      fmt::format(R"({{"chorus_tuning": 1, "transports": {{"tcp": [{}, {}, {}, {}, {}], "shm": [{}, {}]}}}})",
+                  entry(2, 6, 1), entry(2, 40, 2), entry(4, 6, 3), entry(4, 40, 4), entry(4, 90, 5), entry(2, 10, 6),
+                  entry(3, 10, 7)),
+      "three kinds");
+  EXPECT_NEAR(tune::copy_rate_settles_at(&t), 60.0, 1e-9);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "tcp", 4, 59.9).link.alpha, 4e-6);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&t, "tcp", 4, 60.1).link.alpha, 5e-6);
+  // One kind per world size (shm): nothing to settle there. With only tcp in the file, the built-in shm
+  // entries still depend on the copy rate, and their line counts too.
+  const tune::Tuning tcp_only = tune::parse_tuning(
+      fmt::format(R"({{"chorus_tuning": 1, "transports": {{"tcp": [{}, {}]}}}})", entry(2, 6, 1), entry(2, 40, 2)),
+      "tcp only");
+  EXPECT_GE(tune::copy_rate_settles_at(&tcp_only), std::sqrt(6.0 * 40));
+  EXPECT_GT(tune::copy_rate_settles_at(&tcp_only), std::sqrt(6.0 * 40)) << "the built-in shm entries' line";
+  const tune::Tuning one_kind =
+      tune::parse_tuning(fmt::format(R"({{"chorus_tuning": 1, "transports": {{"tcp": [{}], "shm": [{}]}}}})",
+                                     entry(2, 6, 1), entry(2, 40, 2)),
+                         "one kind");
+  EXPECT_EQ(tune::copy_rate_settles_at(&one_kind), 0.0);
+
+  // Six ranks, as near to the entries for 4 as to those for 8: the smaller world size's, and of its kinds the
+  // one nearest the copy rate, whatever the kinds measured at 8 ranks.
+  const tune::Tuning tie =
+      tune::parse_tuning(fmt::format(R"({{"chorus_tuning": 1, "transports": {{"tcp": [{}, {}, {}, {}]}}}})",
+                                     entry(8, 6, 1), entry(8, 45, 2), entry(4, 6, 3), entry(4, 40, 4)),
+                         "tie");
+  for (double copy : {0.0, 5.0, 20.0, 44.0, 100.0}) {
+    EXPECT_EQ(tune::entry_for(&tie, "tcp", 6, copy).world_size, 4) << copy;
+  }
+  EXPECT_DOUBLE_EQ(tune::entry_for(&tie, "tcp", 6, 5.0).link.alpha, 3e-6);
+  EXPECT_DOUBLE_EQ(tune::entry_for(&tie, "tcp", 6, 44.0).link.alpha, 4e-6);
 }
 
 // chorus-tune keeps the entries of other kinds of host: a measurement replaces only the entry of its world size

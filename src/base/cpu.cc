@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -105,35 +106,63 @@ int usable_cores() noexcept {
   return cores;
 }
 
-double copy_rate_gbps() noexcept {
-  static const double rate = [] {
-    // Both buffers in one mapping, aligned to 2 MiB and asked for huge pages: written once first, 4 KiB pages
-    // cost 7 us each on some hosts (50 ms for the two buffers), huge pages a few milliseconds in all.
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t length = 2 * kCopyProbeBytes + kHuge;
-    void* map = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) return 0.0;
-    char* from = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~(kHuge - 1));
-    char* to = from + kCopyProbeBytes;
-    (void)::madvise(from, 2 * kCopyProbeBytes, MADV_HUGEPAGE);  // a hint: without it, slower to set up
-    std::memset(from, 1, kCopyProbeBytes);
-    std::memset(to, 2, kCopyProbeBytes);
-    double best = 0;
-    for (int i = 0; i < kCopyProbeRounds; ++i) {
-      // Spread over tens of milliseconds: a copy that shared the memory with another process's burst (the other
-      // ranks start at the same time) is slower, and only the fastest counts.
-      if (i > 0) std::this_thread::sleep_for(std::chrono::microseconds(250));
-      const auto t0 = std::chrono::steady_clock::now();
-      std::memcpy(to, from, kCopyProbeBytes);
-      // The copy's result is "used": the compiler may not drop it as a store to memory about to be unmapped.
-      asm volatile("" : : "r"(to) : "memory");
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s > 0 && (best == 0 || s < best)) best = s;
-    }
-    ::munmap(map, length);
-    return best > 0 ? static_cast<double>(kCopyProbeBytes) / best * 1e-9 : 0.0;
-  }();
-  return rate;
+namespace {
+
+// The probe's progress, kept across calls: copy_rate_gbps(enough) may stop early, and a later call that needs
+// more goes on from there with the same spacing and the same count in all.
+struct CopyProbe {
+  std::mutex mu;
+  int rounds = 0;
+  double best_seconds = 0;
+};
+
+CopyProbe& copy_probe() {
+  static CopyProbe probe;
+  return probe;
+}
+
+double rate_of(double seconds) { return seconds > 0 ? static_cast<double>(kCopyProbeBytes) / seconds * 1e-9 : 0.0; }
+
+}  // namespace
+
+double copy_rate_gbps(double enough_gbps) noexcept {
+  CopyProbe& p = copy_probe();
+  std::lock_guard<std::mutex> lock(p.mu);
+  const auto settled = [&] {
+    return p.rounds >= kCopyProbeRounds || (enough_gbps > 0 && rate_of(p.best_seconds) >= enough_gbps);
+  };
+  if (settled()) return rate_of(p.best_seconds);
+  // Both buffers in one mapping, aligned to 2 MiB and asked for huge pages: written once first, 4 KiB pages
+  // cost 7 us each on some hosts (50 ms for the two buffers), huge pages a few milliseconds in all.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t length = 2 * kCopyProbeBytes + kHuge;
+  void* map = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return rate_of(p.best_seconds);
+  char* from = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(map) + kHuge - 1) & ~(kHuge - 1));
+  char* to = from + kCopyProbeBytes;
+  (void)::madvise(from, 2 * kCopyProbeBytes, MADV_HUGEPAGE);  // a hint: without it, slower to set up
+  std::memset(from, 1, kCopyProbeBytes);
+  std::memset(to, 2, kCopyProbeBytes);
+  for (bool first = true; !settled(); first = false) {
+    // Spread over tens of milliseconds: a copy that shared the memory with another process's burst (the other
+    // ranks start at the same time) is slower, and only the fastest counts.
+    if (!first) std::this_thread::sleep_for(std::chrono::microseconds(250));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(to, from, kCopyProbeBytes);
+    // The copy's result is "used": the compiler may not drop it as a store to memory about to be unmapped.
+    asm volatile("" : : "r"(to) : "memory");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0 && (p.best_seconds == 0 || s < p.best_seconds)) p.best_seconds = s;
+    ++p.rounds;
+  }
+  ::munmap(map, length);
+  return rate_of(p.best_seconds);
+}
+
+int copy_probe_rounds() noexcept {
+  CopyProbe& p = copy_probe();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.rounds;
 }
 
 }  // namespace chorus::base

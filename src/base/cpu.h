@@ -21,17 +21,25 @@ int cores_of(const std::vector<std::string>& signatures);
 int usable_cores() noexcept;
 
 // The rate (GB/s) at which one core of this host copies kCopyProbeBytes with memcpy: the fastest of
-// kCopyProbeRounds copies spread over 30-40 ms, after both buffers were written once. It tells apart hosts of
-// one nominal kind that order the collective algorithms differently (the project's two hosts: 31-53 GB/s on one,
-// about 4-12 on the other; docs/algorithms.md, "Tables per kind of host"). The fastest copy is the host's figure
-// only if one of them ran undisturbed: while a job's ranks start together, their own set-up streams memory on
-// the other cores, and the fastest of 8 copies over 4 ms read 13.7-35.7 GB/s over 8 jobs of 4 ranks on one host
+// kCopyProbeRounds copies 250 us apart (30-40 ms in all), after both buffers were written once. It tells apart
+// hosts of one nominal kind that order the collective algorithms differently (the project's two hosts: 31-53 GB/s
+// on one, about 4-12 on the other; docs/algorithms.md, "Tables per kind of host"). The fastest copy is the host's
+// figure only if one of them ran undisturbed: while a job's ranks start together, their own set-up streams memory
+// on the other cores, and the fastest of 8 copies over 4 ms read 13.7-35.7 GB/s over 8 jobs of 4 ranks on one host
 // (3 of them on the other side of the 17.9 GB/s between its two built-in kinds, so the job's algorithms changed
 // from run to run), the fastest of 48 over 30-40 ms 30.4-38.0 (docs/algorithms.md, "A copy-rate probe that holds
-// still"). Measured once per process, on first use: about 30-40 ms with huge pages, more without them where page
-// faults are slow. 0 when the buffers cannot be mapped.
+// still").
+//
+// `enough_gbps` > 0 stops the copies as soon as the fastest reaches it: a caller that only needs to know which
+// side of some lines the host is on (tune::copy_rate_settles_at) stops once the fastest copy is past the highest
+// one, since more copies can only raise it. The probe's progress is kept for the process: a later call goes on
+// from there (with 0, up to kCopyProbeRounds copies in all), and once it is done every call returns its figure at
+// once. 0 when the buffers cannot be mapped. Thread-safe. Each call that copies maps and writes 16 MiB first (a
+// few milliseconds with huge pages, more where page faults are slow).
 inline constexpr int kCopyProbeRounds = 48;
 inline constexpr size_t kCopyProbeBytes = size_t{8} << 20;
-double copy_rate_gbps() noexcept;
+double copy_rate_gbps(double enough_gbps = 0) noexcept;
+// How many copies the probe has timed so far in this process (for tests and the debug log).
+int copy_probe_rounds() noexcept;
 
 }  // namespace chorus::base

@@ -116,10 +116,20 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   if (rank == 0) {
     impl->comm_tag = random_tag();
     // The copy rate that picks among the tuning's kinds of host (tune::entry_for): CHORUS_COPY_GBPS, else
-    // measured here, once per process, if the tuning has more than one kind.
-    const double copy = impl->config.copy_gbps > 0                             ? impl->config.copy_gbps
-                        : tune::distinguishes_hosts(impl->config.tuning.get()) ? base::copy_rate_gbps()
-                                                                               : 0;
+    // measured here if the tuning has more than one kind, copying until the fastest copy is past the tuning's
+    // highest line (then more copies could not change a choice) or the probe's rounds are done. The probe's
+    // progress is the process's: a second communicator copies only if it needs more than the first did.
+    double copy = impl->config.copy_gbps;
+    if (copy <= 0 && tune::distinguishes_hosts(impl->config.tuning.get())) {
+      const double line = tune::copy_rate_settles_at(impl->config.tuning.get());
+      copy = base::copy_rate_gbps(line);
+      const int rounds = base::copy_probe_rounds();
+      base::log_info(
+          "copy rate {:.1f} GB/s, the fastest of {} cop{} of {} MiB ({}: the tuning's kinds of host "
+          "part at {:.1f} GB/s)",
+          copy, rounds, rounds == 1 ? "y" : "ies", base::kCopyProbeBytes >> 20,
+          copy >= line ? "past every line, so no more copies" : "all the probe's copies", line);
+    }
     // Rank 0 keeps the figure as the others will read it.
     const std::string copy_text = fmt::format("{:.3f}", copy);
     impl->copy_gbps = std::strtod(copy_text.c_str(), nullptr);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -246,9 +247,11 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
   if (comm.size() < 2) {
     base::throw_error(ErrorCode::InvalidArgument, "calibrate_link needs at least two ranks (run under chorus-run -n 2)");
   }
-  // Which kind of host this is: the copy rate the communicator chose its tuning by, else measured now.
-  double copy = comm.copy_rate_gbps();
-  if (copy <= 0 && comm.rank() == 0) copy = base::copy_rate_gbps();
+  // Which kind of host this is, for the file: CHORUS_COPY_GBPS where set (the communicator's figure then), else
+  // measured now with all the probe's copies (the communicator's own probe may have stopped at the tuning's
+  // highest line, a lower bound).
+  double copy = 0;
+  if (comm.rank() == 0) copy = std::getenv("CHORUS_COPY_GBPS") ? comm.copy_rate_gbps() : base::copy_rate_gbps();
   comm.barrier();
   const std::optional<HostCpuTime> cpu_before = host_cpu_time();
   double small = half_round_trip(comm, 8, options.iterations);

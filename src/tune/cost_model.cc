@@ -1,13 +1,16 @@
 #include "tune/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-
-#include <fmt/format.h>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "base/error.h"
 
@@ -161,12 +164,15 @@ const Tuning& source_for(const Tuning* tuning, std::string_view transport) {
   return builtin_tuning();
 }
 
-// Whether `e` is a better choice than `best` (null: any is): nearer in world size, or as near and measured on
-// a host nearer in copy rate. Ties keep the earlier entry.
+// Whether `e` is a better choice than `best` (null: any is): nearer in world size; as near, the smaller world
+// size (6 ranks between entries for 4 and 8); of one world size, measured on a host nearer in copy rate. Ties
+// keep the earlier entry. Copy rates are compared only within a world size, as has_host_kinds counts kinds, so
+// the choice changes with the copy rate only at the lines copy_rate_settles_at knows.
 bool better(const LinkEntry& e, const LinkEntry* best, int world_size, double copy_gbps) {
   if (!best) return true;
   const int d = std::abs(e.world_size - world_size), bd = std::abs(best->world_size - world_size);
   if (d != bd) return d < bd;
+  if (e.world_size != best->world_size) return e.world_size < best->world_size;
   return host_distance(e.copy_gbps, copy_gbps) < host_distance(best->copy_gbps, copy_gbps);
 }
 
@@ -196,6 +202,33 @@ bool has_host_kinds(const Tuning& t) {
     }
   }
   return false;
+}
+
+double copy_rate_settles_at(const Tuning* tuning) {
+  std::set<std::string> transports;
+  for (const Tuning* t : {tuning, &builtin_tuning()}) {
+    if (!t) continue;
+    for (const auto& [name, entries] : t->transports) transports.insert(name);
+  }
+  double line = 0;
+  for (const std::string& name : transports) {
+    // The entries entry_for and interpolate_measured draw this transport's from.
+    const Tuning& source = source_for(tuning, name);
+    auto it = source.transports.find(name);
+    if (it == source.transports.end()) continue;
+    std::map<int, std::set<double>> rates;  // world size -> its entries' copy rates
+    for (const LinkEntry& e : it->second) {
+      if (e.copy_gbps > 0) rates[e.world_size].insert(e.copy_gbps);
+    }
+    for (const auto& [world, r] : rates) {
+      if (r.size() < 2) continue;
+      // Nearest by ratio: between the two fastest kinds the line is their geometric mean, and above it the
+      // fastest kind is the nearest whatever the copy rate.
+      const double top = *r.rbegin(), next = *std::next(r.rbegin());
+      line = std::max(line, std::sqrt(top * next));
+    }
+  }
+  return line;
 }
 
 bool distinguishes_hosts(const Tuning* tuning) {

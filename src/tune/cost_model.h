@@ -59,6 +59,11 @@ bool has_host_kinds(const Tuning& t);
 // has_host_kinds of the built-in tuning or of `tuning` (null: none): whether choosing an entry may need this
 // host's copy rate.
 bool distinguishes_hosts(const Tuning* tuning);
+// The highest copy rate at which the entries chosen from `tuning` (null: none) and the built-in tuning change
+// (the geometric mean of the two fastest kinds of one transport and world size); 0 where no choice depends on
+// the copy rate. Every copy rate above it chooses as any other does, so a probe of the fastest copy may stop
+// once it reads at least this (base::copy_rate_gbps's `enough_gbps`).
+double copy_rate_settles_at(const Tuning* tuning);
 
 // Whether figures measured at `measured` ranks per core describe a host running `here`: both at most one rank
 // per core, or both more. Either unknown (0) matches.
