@@ -1,9 +1,13 @@
 // The base layer's clocks, deadlines and CPU accounting.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "base/cpu.h"
@@ -108,6 +112,49 @@ TEST(CopyProbe, StopsOnceEnoughAndGoesOnFromThere) {
   EXPECT_EQ(copy_rate_gbps(), all);  // done: the figure at once, whatever is asked
   EXPECT_EQ(copy_rate_gbps(1e-9), all);
   EXPECT_EQ(copy_probe_rounds(), kCopyProbeRounds);
+}
+
+TEST(Caches, ParsesSysfsSizes) {
+  EXPECT_EQ(parse_cache_size("32768K"), size_t{32} << 20);
+  EXPECT_EQ(parse_cache_size("32768K\n"), size_t{32} << 20);
+  EXPECT_EQ(parse_cache_size("1M"), size_t{1} << 20);
+  EXPECT_EQ(parse_cache_size("2G"), size_t{2} << 30);
+  EXPECT_EQ(parse_cache_size("512"), size_t{512});
+  for (const char* bad : {"", "K", "12Q", "-4K", "1.5M", "99999999999999K"})
+    EXPECT_EQ(parse_cache_size(bad), 0u) << bad;
+}
+
+// The kernel's description of the caches decides: the highest level's data or unified cache, never an
+// instruction cache, and unreadable entries are skipped.
+TEST(Caches, LargestCacheIsTheHighestLevelsDataOrUnifiedOne) {
+  const std::string dir = ::testing::TempDir() + "chorus-caches-" + std::to_string(::getpid());
+  auto index = [&](int i, const char* level, const char* type, const char* size) {
+    const std::string d = dir + "/index" + std::to_string(i);
+    std::filesystem::create_directories(d);
+    std::ofstream(d + "/level") << level << "\n";
+    std::ofstream(d + "/type") << type << "\n";
+    std::ofstream(d + "/size") << size << "\n";
+  };
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(largest_cache_in(dir), 0u);  // nothing there
+  index(0, "1", "Data", "32K");
+  index(1, "1", "Instruction", "64K");
+  EXPECT_EQ(largest_cache_in(dir), size_t{32} << 10);
+  index(2, "2", "Unified", "1024K");
+  EXPECT_EQ(largest_cache_in(dir), size_t{1} << 20);
+  index(3, "3", "Unified", "32768K");
+  EXPECT_EQ(largest_cache_in(dir), size_t{32} << 20);
+  index(4, "4", "Instruction", "1G");   // not for data
+  index(5, "4", "Unified", "garbage");  // unreadable: skipped
+  EXPECT_EQ(largest_cache_in(dir), size_t{32} << 20);
+  std::filesystem::remove_all(dir);
+
+  // This host: the kernel's figure where it gives one.
+  const size_t sysfs = largest_cache_in("/sys/devices/system/cpu/cpu0/cache");
+  if (sysfs > 0) {
+    EXPECT_EQ(last_level_cache_bytes(), sysfs);
+  }
+  EXPECT_GT(last_level_cache_bytes(), 0u);
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -104,6 +106,53 @@ int usable_cores() noexcept {
     }
   }();
   return cores;
+}
+
+size_t parse_cache_size(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 12) return 0;
+  size_t n = std::stoull(std::string(text.substr(0, digits)));
+  const std::string_view unit = text.substr(digits);
+  if (unit.empty()) return n;
+  if (unit == "K") return n << 10;
+  if (unit == "M") return n << 20;
+  if (unit == "G") return n << 30;
+  return 0;
+}
+
+size_t largest_cache_in(const std::string& dir) {
+  size_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string index = dir + "/index" + std::to_string(i);
+    std::ifstream level_file(index + "/level"), type_file(index + "/type"), size_file(index + "/size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
+    if (type != "Data" && type != "Unified") continue;
+    const size_t bytes = parse_cache_size(size);
+    if (bytes == 0) continue;
+    if (level > best_level || (level == best_level && bytes > best)) {
+      best = bytes;
+      best_level = level;
+    }
+  }
+  return best;
+}
+
+size_t last_level_cache_bytes() noexcept {
+  static const size_t bytes = []() -> size_t {
+    try {
+      if (size_t b = largest_cache_in("/sys/devices/system/cpu/cpu0/cache"); b > 0) return b;
+    } catch (...) {
+    }
+    if (long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) return static_cast<size_t>(l3);
+    if (long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) return static_cast<size_t>(l2);
+    return size_t{8} << 20;
+  }();
+  return bytes;
 }
 
 namespace {

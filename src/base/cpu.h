@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace chorus::base {
@@ -19,6 +20,17 @@ int cores_of(const std::vector<std::string>& signatures);
 
 // cores_of({cpu_signature()}): what this process alone may use. Computed once.
 int usable_cores() noexcept;
+
+// The size in bytes of the largest data (or unified) cache that CPU 0 uses, from the kernel's description of
+// it (/sys/devices/system/cpu/cpu0/cache), else from glibc's sysconf (L3, else L2), else 8 MiB. Computed once.
+// The kernel's figure comes first: on some virtual hosts the processor's cache leaf that glibc reads says ten
+// times the real size (an AMD EPYC host with 32 MiB of L3 whose sysconf said 320 MiB).
+size_t last_level_cache_bytes() noexcept;
+// The largest data or unified cache described under `dir` (index*/ with level, type and size files, as in
+// sysfs); 0 if none is readable.
+size_t largest_cache_in(const std::string& dir);
+// A sysfs cache size ("32768K", "1M", "512"): bytes, or 0 if it is not one.
+size_t parse_cache_size(std::string_view text);
 
 // The rate (GB/s) at which one core of this host copies kCopyProbeBytes with memcpy: the fastest of
 // kCopyProbeRounds copies 250 us apart (30-40 ms in all), after both buffers were written once. It tells apart

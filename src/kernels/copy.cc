@@ -1,7 +1,5 @@
 #include "kernels/copy.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +7,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#include "base/cpu.h"
 
 namespace chorus::kernels {
 
@@ -47,23 +47,13 @@ namespace {
 
 constexpr size_t kStreamCopyMinBytes = size_t{1} << 20;
 
-size_t last_level_cache_bytes() {
-  static const size_t bytes = [] {
-    long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 > 0) return static_cast<size_t>(l3);
-    long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? static_cast<size_t>(l2) : size_t{8} << 20;
-  }();
-  return bytes;
-}
-
 }  // namespace
 #endif
 
 bool stream_copy_pays(size_t copy_bytes, size_t working_set_bytes, int mode) noexcept {
 #if defined(__x86_64__)
   if (copy_bytes < kStreamCopyMinBytes || mode == 0) return false;
-  return mode > 0 || working_set_bytes > last_level_cache_bytes() / 2;
+  return mode > 0 || working_set_bytes > base::last_level_cache_bytes() / 2;
 #else
   (void)copy_bytes;
   (void)working_set_bytes;
@@ -76,8 +66,8 @@ std::string describe_stream_copy(int mode) {
 #if defined(__x86_64__)
   if (mode == 0) return "never streamed (CHORUS_STREAM_COPY=0)";
   if (mode > 0) return "streamed from 1 MiB (CHORUS_STREAM_COPY=1)";
-  return "streamed from 1 MiB where the working set passes " + std::to_string((last_level_cache_bytes() / 2) >> 20) +
-         " MiB (half the last-level cache)";
+  return "streamed from 1 MiB where the working set passes " +
+         std::to_string((base::last_level_cache_bytes() / 2) >> 20) + " MiB (half the last-level cache)";
 #else
   (void)mode;
   return "never streamed (no streaming stores on this architecture)";
