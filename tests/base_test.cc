@@ -12,6 +12,7 @@
 
 #include "base/cpu.h"
 #include "base/time.h"
+#include "base/units.h"
 
 namespace chorus::base {
 namespace {
@@ -114,14 +115,17 @@ TEST(CopyProbe, StopsOnceEnoughAndGoesOnFromThere) {
   EXPECT_EQ(copy_probe_rounds(), kCopyProbeRounds);
 }
 
-TEST(Caches, ParsesSysfsSizes) {
-  EXPECT_EQ(parse_cache_size("32768K"), size_t{32} << 20);
-  EXPECT_EQ(parse_cache_size("32768K\n"), size_t{32} << 20);
-  EXPECT_EQ(parse_cache_size("1M"), size_t{1} << 20);
-  EXPECT_EQ(parse_cache_size("2G"), size_t{2} << 30);
-  EXPECT_EQ(parse_cache_size("512"), size_t{512});
-  for (const char* bad : {"", "K", "12Q", "-4K", "1.5M", "99999999999999K"})
-    EXPECT_EQ(parse_cache_size(bad), 0u) << bad;
+TEST(Units, ParsesSizesInBinaryUnits) {
+  EXPECT_EQ(parse_size("32768K"), size_t{32} << 20);  // as sysfs writes a cache's size
+  EXPECT_EQ(parse_size("1M"), size_t{1} << 20);
+  EXPECT_EQ(parse_size("64k"), size_t{64} << 10);
+  EXPECT_EQ(parse_size("1MiB"), size_t{1} << 20);
+  EXPECT_EQ(parse_size("4KB"), size_t{4} << 10);
+  EXPECT_EQ(parse_size("2G"), size_t{2} << 30);
+  EXPECT_EQ(parse_size("512"), size_t{512});
+  for (const char* bad : {"", "K", "12Q", "-4K", "1.5M", "32768K\n", "99999999999999999999"}) {
+    EXPECT_FALSE(parse_size(bad).has_value()) << bad;
+  }
 }
 
 // The kernel's description of the caches decides: the highest level's data or unified cache, never an

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +16,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "base/units.h"
 
 namespace chorus::base {
 namespace {
@@ -108,20 +109,6 @@ int usable_cores() noexcept {
   return cores;
 }
 
-size_t parse_cache_size(std::string_view text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  if (digits == 0 || digits > 12) return 0;
-  size_t n = std::stoull(std::string(text.substr(0, digits)));
-  const std::string_view unit = text.substr(digits);
-  if (unit.empty()) return n;
-  if (unit == "K") return n << 10;
-  if (unit == "M") return n << 20;
-  if (unit == "G") return n << 30;
-  return 0;
-}
-
 size_t largest_cache_in(const std::string& dir) {
   size_t best = 0;
   int best_level = 0;
@@ -132,7 +119,7 @@ size_t largest_cache_in(const std::string& dir) {
     std::string type, size;
     if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
     if (type != "Data" && type != "Unified") continue;
-    const size_t bytes = parse_cache_size(size);
+    const size_t bytes = parse_size(size).value_or(0);
     if (bytes == 0) continue;
     if (level > best_level || (level == best_level && bytes > best)) {
       best = bytes;

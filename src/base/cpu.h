@@ -27,10 +27,8 @@ int usable_cores() noexcept;
 // times the real size (an AMD EPYC host with 32 MiB of L3 whose sysconf said 320 MiB).
 size_t last_level_cache_bytes() noexcept;
 // The largest data or unified cache described under `dir` (index*/ with level, type and size files, as in
-// sysfs); 0 if none is readable.
+// sysfs, sizes as base::parse_size reads them); 0 if none is readable.
 size_t largest_cache_in(const std::string& dir);
-// A sysfs cache size ("32768K", "1M", "512"): bytes, or 0 if it is not one.
-size_t parse_cache_size(std::string_view text);
 
 // The rate (GB/s) at which one core of this host copies kCopyProbeBytes with memcpy: the fastest of
 // kCopyProbeRounds copies 250 us apart (30-40 ms in all), after both buffers were written once. It tells apart

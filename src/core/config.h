@@ -9,6 +9,7 @@
 #include <string>
 
 #include "algo/registry.h"
+#include "base/units.h"
 #include "tune/cost_model.h"
 
 #include "chorus/communicator.h"
@@ -76,8 +77,8 @@ Config resolve_config(const CommOptions& options);
 // Environment access helpers (also used by the launcher detection).
 std::optional<std::string> env_string(const char* name);
 std::optional<long long> env_int(const char* name);  // throws InvalidArgument if present but not an integer
-// Parses "512", "64K", "1M", "2G" (binary units).
-std::optional<size_t> parse_size(std::string_view text);
+// Parses "512", "64K", "1M", "2G" (binary units): base::parse_size.
+using base::parse_size;
 
 const char* transport_kind_name(TransportKind kind);
 
