@@ -299,42 +299,43 @@ TEST_P(AllReduceAlgorithm, MatchesSerialReference) {
   const int n = p.world_size;
   const algo::Algorithm& algorithm = all_reduce_algorithm(p.algorithm);
   // collectives_test runs these algorithms with 1 KiB slices (CHORUS_ALGO); here 40-byte slices make even
-  // 1000 elements take many slices, and odd counts give the two trees different numbers of slices.
-  const std::vector<size_t> slice_sizes = {40};
+  // 1000 elements take many slices, and odd counts give the two trees different numbers of slices. The
+  // largest edge count (kManySlices) keeps 1 KiB slices: at 40 bytes it would cut 1,200 slices per tree, one
+  // wake-up each for 9-13 threads on the test machine's two cores, and took most of the suite's time (8-30 s
+  // a world size) without reaching any path that 1000 elements in 40-byte slices do not.
   run_ranks(p.transport, n, [&](RankState& st) {
     const int r = st.rank;
-    for (size_t slice_bytes : slice_sizes) {
-      for (DataType t : all_dtypes()) {
-        const size_t es = dtype_size(t);
-        for (ReduceOp op : all_ops()) {
-          for (size_t count : edge_counts(n)) {
-            for (bool in_place : {false, true}) {
-              std::vector<char> in(count * es), out(count * es, 0x5a);
-              for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, input_value(t, op, r, i));
-              algo::OpContext c = all_reduce_context(st, algorithm.id, count, t, op, slice_bytes);
-              if (in_place) {
-                algorithm.run(c, in.data(), in.data(), count, -1);
-                out = in;
-              } else {
-                algorithm.run(c, in.data(), out.data(), count, -1);
-              }
-              size_t wrong = 0, first = 0;
-              double got = 0, want = 0;
-              std::vector<double> vals(static_cast<size_t>(n));
-              for (size_t i = 0; i < count; ++i) {
-                for (int q = 0; q < n; ++q) vals[static_cast<size_t>(q)] = input_value(t, op, q, i);
-                double w = reference_reduce(t, op, vals), g = load_value(t, out.data(), i);
-                if (!(g == w) && wrong++ == 0) {
-                  first = i;
-                  got = g;
-                  want = w;
-                }
-              }
-              ASSERT_EQ(wrong, 0u) << p.algorithm << " rank " << r << " " << to_string(t) << " " << to_string(op)
-                                   << " count " << count << (in_place ? " in-place" : " out-of-place") << " slice "
-                                   << slice_bytes << ": " << wrong << " wrong; first at " << first << ": got " << got
-                                   << ", want " << want;
+    for (DataType t : all_dtypes()) {
+      const size_t es = dtype_size(t);
+      for (ReduceOp op : all_ops()) {
+        for (size_t count : edge_counts(n)) {
+          const size_t slice_bytes = count >= kManySlices ? 1024 : 40;
+          for (bool in_place : {false, true}) {
+            std::vector<char> in(count * es), out(count * es, 0x5a);
+            for (size_t i = 0; i < count; ++i) store_value(t, in.data(), i, input_value(t, op, r, i));
+            algo::OpContext c = all_reduce_context(st, algorithm.id, count, t, op, slice_bytes);
+            if (in_place) {
+              algorithm.run(c, in.data(), in.data(), count, -1);
+              out = in;
+            } else {
+              algorithm.run(c, in.data(), out.data(), count, -1);
             }
+            size_t wrong = 0, first = 0;
+            double got = 0, want = 0;
+            std::vector<double> vals(static_cast<size_t>(n));
+            for (size_t i = 0; i < count; ++i) {
+              for (int q = 0; q < n; ++q) vals[static_cast<size_t>(q)] = input_value(t, op, q, i);
+              double w = reference_reduce(t, op, vals), g = load_value(t, out.data(), i);
+              if (!(g == w) && wrong++ == 0) {
+                first = i;
+                got = g;
+                want = w;
+              }
+            }
+            ASSERT_EQ(wrong, 0u) << p.algorithm << " rank " << r << " " << to_string(t) << " " << to_string(op)
+                                 << " count " << count << (in_place ? " in-place" : " out-of-place") << " slice "
+                                 << slice_bytes << ": " << wrong << " wrong; first at " << first << ": got " << got
+                                 << ", want " << want;
           }
         }
       }
