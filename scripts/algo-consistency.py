@@ -19,7 +19,9 @@ fastest, and how many of those fell where a table within 10% of every run exists
 With --cross-validate it also asks how a table fitted to some runs fares in a run it has not seen: each run
 in turn is held out, a choice per size is made from the others (by the minimax rule above, and by the
 geometric mean of each algorithm's times, which is how scripts/fit-measured.py combines runs), and the
-held-out run's ratio for that choice is counted.
+held-out run's ratio for that choice is counted. --smooth W adds the rule scripts/fit-measured.py now fits by:
+the geometric mean, then each algorithm's ratio to the fastest smoothed with its ratios at half and twice the
+size at weight W (fit-measured.py's smooth_ratios and NEIGHBOUR_WEIGHT).
 
 With --choices it times a given table in every run instead: the automatic choices that chorus-tune prints
 for the sweeps' shapes, for example those of the tables built into the library now:
@@ -30,7 +32,7 @@ for the sweeps' shapes, for example those of the tables built into the library n
   done > choices-shm.txt
   scripts/algo-consistency.py --choices choices-shm.txt DIR...
 
-  scripts/algo-consistency.py [--detail] [--cross-validate] [--choices FILE]... DIR DIR [DIR...]
+  scripts/algo-consistency.py [--detail] [--cross-validate [--smooth W]] [--choices FILE]... DIR DIR [DIR...]
   scripts/algo-consistency.py --shapes N DIR [DIR...]
 
 Each DIR holds one sweep's tables (algos-<transport>-<coll>-<N>ranks.txt) of one transport.
@@ -47,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module
 
 summary = import_module("algo-summary")
+fit = import_module("fit-measured")
 
 COLLS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"]
 
@@ -86,9 +89,25 @@ def geomean_choice(per_run):
     return min(algos, key=lambda a: sum(math.log(t[a]) for t, _ in per_run))
 
 
-def cross_validate(runs, nruns):
+def smoothed_choice(by_size, size, held, weight):
+    """The choice at `size` of tables fitted as scripts/fit-measured.py fits them from the runs but `held`: each
+    algorithm's geometric mean over those runs, smoothed across neighbouring sizes at `weight` (smooth_ratios)."""
+    per_algo = collections.defaultdict(dict)
+    for s in (size // 2, size, size * 2):
+        per_run = [t for r, (t, _) in enumerate(by_size.get(s, [])) if r != held]
+        if len(by_size.get(s, [])) != len(by_size[size]):
+            continue
+        for a in set.intersection(*(set(t) for t in per_run)):
+            per_algo[a][s] = math.exp(sum(math.log(t[a]) for t in per_run) / len(per_run))
+    smoothed = fit.smooth_ratios(per_algo, weight)
+    return min((a for a in smoothed if size in smoothed[a]), key=lambda a: smoothed[a][size])
+
+
+def cross_validate(runs, nruns, smooth=0.0):
     """Held-out misses per rule: {rule: Counter(beyond10, beyond25, points)}."""
     out = {"minimax": collections.Counter(), "geomean": collections.Counter()}
+    if smooth > 0:
+        out[f"geomean, smoothed at neighbour weight {smooth}"] = collections.Counter()
     for key, by_size in runs.items():
         for size, per_run in by_size.items():
             if len(per_run) != nruns:
@@ -96,7 +115,11 @@ def cross_validate(runs, nruns):
             for held in range(nruns):
                 rest = per_run[:held] + per_run[held + 1:]
                 times = per_run[held][0]
-                for rule, choice in (("minimax", minimax(rest)[1]), ("geomean", geomean_choice(rest))):
+                rules = [("minimax", minimax(rest)[1]), ("geomean", geomean_choice(rest))]
+                if smooth > 0:
+                    rules.append((f"geomean, smoothed at neighbour weight {smooth}",
+                                  smoothed_choice(by_size, size, held, smooth)))
+                for rule, choice in rules:
                     if choice not in times:
                         continue
                     ratio = times[choice] / min(times.values())
@@ -140,6 +163,9 @@ def time_choices(runs, nruns, choices):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--detail", action="store_true", help="list every size where auto missed 10%%")
+    ap.add_argument("--smooth", type=float, default=0.0,
+                    help="with --cross-validate, also the rule of tables smoothed across neighbouring sizes at "
+                         "this weight (scripts/fit-measured.py's smooth_ratios; it uses %g)" % fit.NEIGHBOUR_WEIGHT)
     ap.add_argument("--cross-validate", action="store_true",
                     help="hold each run out in turn and time the other runs' choices in it")
     ap.add_argument("--choices", action="append", metavar="FILE",
@@ -203,7 +229,7 @@ def main():
           + ", ".join(str(totals[f"miss25_{r}"]) for r in range(nruns)) + " |")
     if args.cross_validate:
         print(f"\nEach of the {nruns} runs held out in turn, choices made from the others:")
-        for rule, c in cross_validate(runs, nruns).items():
+        for rule, c in cross_validate(runs, nruns, args.smooth).items():
             print(f"  {rule}: {c['points']} held-out (size, run) points, beyond 10%: {c['beyond10']} "
                   f"({100 * c['beyond10'] / c['points']:.1f}%), beyond 25%: {c['beyond25']} "
                   f"({100 * c['beyond25'] / c['points']:.1f}%)")

@@ -4,7 +4,9 @@
 Reads the chorus-perf --algos tables that scripts/algo-bench.sh writes (docs/data/algos-<transport>-<coll>-
 <N>ranks.txt) and stores each algorithm's median time per size as the "measured" table of its calibration in
 the tuning entry for that transport and world size (docs/data/builtin-tuning.json), then regenerates
-src/tune/builtin_tuning.cc. Within a measured range the cost model then believes the measurement (see
+src/tune/builtin_tuning.cc. Each table is smoothed across neighbouring sizes first (smooth_ratios below:
+every algorithm's ratio to the fastest at a size averaged with its ratios at half and twice the size, at
+--neighbour-weight, 0.5, and scaled by the size's fastest time). Within a measured range the cost model then believes the measurement (see
 Calibration in src/algo/registry.h); chorus-tune's probes still shape the estimates elsewhere and at other
 world sizes.
 
@@ -254,6 +256,39 @@ def geometric_mean(samples):
     return math.exp(sum(math.log(t) for t in ts) / len(ts))
 
 
+# How much a size's two neighbours (half and twice it) count beside the size itself when the tables are
+# smoothed (smooth_ratios); 0 leaves them as measured. Chosen by holding runs out (docs/algorithms.md, "Tables
+# smoothed across neighbouring sizes").
+NEIGHBOUR_WEIGHT = 0.5
+
+
+def smooth_ratios(per_algo, weight=NEIGHBOUR_WEIGHT):
+    """{algorithm: {size: seconds}} -> the same with each time's ratio to the fastest at its size replaced by
+    the weighted geometric mean of that ratio at the size (weight 1) and at half and twice the size (`weight`
+    each, where the algorithm was timed there), times that size's fastest time. So the estimates stay on each
+    size's measured scale (an algorithm fastest at a size and at both neighbours keeps its time), a choice that
+    one noisy size flips against both its neighbours flips back, and a crossover that the neighbours agree on
+    stays where it was measured."""
+    if weight <= 0:
+        return per_algo
+    best = {}
+    for by_size in per_algo.values():
+        for size, t in by_size.items():
+            best[size] = min(best.get(size, t), t)
+    log_ratio = {a: {size: math.log(t / best[size]) for size, t in by_size.items()} for a, by_size in per_algo.items()}
+    out = {}
+    for a, by_size in per_algo.items():
+        out[a] = {}
+        for size in by_size:
+            total, weights = log_ratio[a][size], 1.0
+            for other in (size // 2, size * 2):
+                if other in log_ratio[a]:
+                    total += weight * log_ratio[a][other]
+                    weights += weight
+            out[a][size] = best[size] * math.exp(total / weights)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="docs/data/builtin-tuning.json")
@@ -266,6 +301,9 @@ def main():
     ap.add_argument("--in-place", action="store_true",
                     help="with --registered: FILES were timed in place (IN_PLACE=1): fill the "
                          "'registered_in_place' tables")
+    ap.add_argument("--neighbour-weight", type=float, default=NEIGHBOUR_WEIGHT,
+                    help="smooth each time's ratio to the fastest with its neighbouring sizes' at this weight "
+                         "(0: the tables as measured)")
     ap.add_argument("files", nargs="*")
     args = ap.parse_args()
     if args.files:
@@ -302,8 +340,10 @@ def main():
                   "(scripts/tune-builtin.sh on such a host adds it)", file=sys.stderr)
             continue
         calib = entries[0].setdefault("algorithms", {})
-        for a, by_size in per_algo.items():
-            points = sorted((size, geometric_mean(samples)) for size, samples in by_size.items())
+        combined = smooth_ratios({a: {size: geometric_mean(samples) for size, samples in by_size.items()}
+                                  for a, by_size in per_algo.items()}, args.neighbour_weight)
+        for a, by_size in combined.items():
+            points = sorted(by_size.items())
             c = calib.setdefault(f"{coll}/{a}", {"latency": 1.0, "bandwidth": 1.0, "corrections": []})
             c[field] = [[float(b), t] for b, t in points]
             updated += 1

@@ -8,6 +8,7 @@ of each algorithm's times.
 """
 import itertools
 import json
+import math
 import os
 import random
 import subprocess
@@ -19,6 +20,7 @@ from importlib import import_module
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 consistency = import_module("algo-consistency")
 summary = import_module("algo-summary")
+fit = import_module("fit-measured")
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-consistency.py")
 SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "algo-summary.py")
 
@@ -223,6 +225,39 @@ class FitMeasured(unittest.TestCase):
             self.assertNotIn("algorithms", entries[0])  # 8 GB/s: another kind, untouched
             measured = entries[1]["algorithms"]["broadcast/binomial"]["measured"]
             self.assertAlmostEqual(measured[0][1] * 1e6, 1.0)
+
+
+class SmoothRatios(unittest.TestCase):
+    """fit-measured.py's smooth_ratios: each time becomes its size's fastest time times the weighted geometric
+    mean of the algorithm's ratios to the fastest at the size and at half and twice it. Reference: the formula
+    written out by hand for each point."""
+
+    def test_a_lone_flip_goes_and_an_agreed_crossover_stays(self):
+        # b is 5% ahead at 16 B alone and 20% behind on both sides; from 32 B on it is 20% ahead.
+        per_algo = {"a": {8: 1.0, 16: 1.0, 32: 1.0, 64: 1.0, 128: 1.0, 256: 1.0},
+                    "b": {8: 1.2, 16: 0.95, 32: 1.2, 64: 0.8, 128: 0.8, 256: 0.8}}
+        out = fit.smooth_ratios(per_algo, 0.5)
+        fastest = {s: min(per_algo["a"][s], per_algo["b"][s]) for s in per_algo["a"]}
+        ratio = {a: {s: math.log(t / fastest[s]) for s, t in by.items()} for a, by in per_algo.items()}
+        for a in per_algo:
+            for s in per_algo[a]:
+                neighbours = [ratio[a][o] for o in (s // 2, s * 2) if o in ratio[a]]
+                want = fastest[s] * math.exp((ratio[a][s] + 0.5 * sum(neighbours)) / (1 + 0.5 * len(neighbours)))
+                self.assertAlmostEqual(out[a][s], want, msg=f"{a} at {s}")
+        choice = {s: min(out, key=lambda a: out[a][s]) for s in per_algo["a"]}
+        self.assertEqual(choice[16], "a")  # the lone flip goes
+        self.assertEqual([choice[s] for s in (8, 64, 128, 256)], ["a", "b", "b", "b"])
+        # A size's fastest algorithm that is fastest at both neighbours too keeps its measured time.
+        self.assertAlmostEqual(out["b"][128], 0.8)
+        self.assertAlmostEqual(out["b"][256], 0.8)
+
+    def test_weight_zero_and_missing_neighbours_leave_the_table(self):
+        per_algo = {"a": {8: 1.0, 64: 3.0}, "b": {8: 2.0, 64: 1.0}}
+        self.assertEqual(fit.smooth_ratios(per_algo, 0.0), per_algo)
+        out = fit.smooth_ratios(per_algo, 0.5)  # 8 and 64 are not neighbours: nothing to average with
+        for a in per_algo:
+            for s in per_algo[a]:
+                self.assertAlmostEqual(out[a][s], per_algo[a][s])
 
 
 class Merge(unittest.TestCase):
