@@ -6,9 +6,9 @@ Reads the chorus-perf --algos tables that scripts/algo-bench.sh writes (docs/dat
 the tuning entry for that transport and world size (docs/data/builtin-tuning.json), then regenerates
 src/tune/builtin_tuning.cc. Each table is smoothed across neighbouring sizes first (smooth_ratios below:
 every algorithm's ratio to the fastest at a size averaged with its ratios at half and twice the size, at
---neighbour-weight, 0.5, and scaled by the size's fastest time). Within a measured range the cost model then believes the measurement (see
-Calibration in src/algo/registry.h); chorus-tune's probes still shape the estimates elsewhere and at other
-world sizes.
+--neighbour-weight, 0.5, and scaled by the size's fastest time). Within a measured range the cost model then
+believes the measurement (see Calibration in src/algo/registry.h); chorus-tune's probes still shape the
+estimates elsewhere and at other world sizes.
 
   scripts/fit-measured.py [--json docs/data/builtin-tuning.json] [--registered [--in-place]] [FILES...]
 
