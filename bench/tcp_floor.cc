@@ -93,7 +93,6 @@ struct Rank {
 
   size_t cap(size_t len) const { return read_limit > 0 ? std::min(len, read_limit) : len; }
 
-  // One all_reduce of `bytes` per rank.
   // Sends all of [src, src + len) before reading anything, then reads all of [dst, dst + len): a step as a
   // blocking library takes it (send posted first, then the receive).
   // With `reduce_into`, what arrives is read into the 64 KiB staging buffer piece by piece and each piece
@@ -152,6 +151,7 @@ struct Rank {
     }
   }
 
+  // One all_reduce of `bytes` per rank.
   void run(Variant v, size_t bytes) {
     const size_t half = bytes / 2;
     const size_t my_len = r == 0 ? half : bytes - half, their_len = bytes - my_len;
