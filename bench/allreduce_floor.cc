@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "base/units.h"
 #include "chorus/tuning.h"
 #include "chorus/types.h"
 #include "kernels/reduce.h"
@@ -69,15 +70,6 @@ struct Barrier {
     while (s->arrived.load(std::memory_order_acquire) < want) __builtin_ia32_pause();
   }
 };
-
-size_t parse_size(const char* s) {
-  char* end = nullptr;
-  size_t v = std::strtoull(s, &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10;
-  if (*end == 'M' || *end == 'm') v <<= 20;
-  if (*end == 'G' || *end == 'g') v <<= 30;
-  return v;
-}
 
 bool remote_read(pid_t pid, char* dst, const char* address, size_t len) {
   size_t done = 0;
@@ -204,8 +196,9 @@ int main(int argc, char** argv) {
   double seconds = 0.3;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "-b") min_bytes = parse_size(argv[i + 1]);
-    else if (a == "-e") max_bytes = parse_size(argv[i + 1]);
+    const std::optional<size_t> size = chorus::base::parse_size(argv[i + 1]);
+    if (a == "-b" && size) min_bytes = *size;
+    else if (a == "-e" && size) max_bytes = *size;
     else if (a == "-t") seconds = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-t SECONDS]\n", argv[0]);
