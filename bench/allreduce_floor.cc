@@ -197,10 +197,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     const std::optional<size_t> size = chorus::base::parse_size(argv[i + 1]);
-    if (a == "-b" && size) min_bytes = *size;
-    else if (a == "-e" && size) max_bytes = *size;
-    else if (a == "-t") seconds = std::atof(argv[i + 1]);
-    else {
+    if (a == "-b" && size) {
+      min_bytes = *size;
+    } else if (a == "-e" && size) {
+      max_bytes = *size;
+    } else if (a == "-t") {
+      seconds = std::atof(argv[i + 1]);
+    } else {
       std::fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-t SECONDS]\n", argv[0]);
       return 2;
     }
