@@ -1,11 +1,12 @@
 // A 2-rank float32 sum all_reduce over loopback TCP with no library, no framing and no protocol, written to be
-// a floor for Chorus's tcp transport (docs/performance.md, "A protocol-free exchange over loopback": on the
-// forty-fourth session's host it was not one; Chorus's all_reduce took half its time at 1 and 2 MiB). Two processes
-// (this one and a forked child) joined by one TCP connection over 127.0.0.1, set up as Chorus sets up a same-host
-// connection (TCP_NODELAY, reno congestion control, the kernel's buffer autotuning), repeat what any 2-rank all_reduce
-// over that connection must do on the same buffers each call: each rank sends the half of its input that the peer
-// reduces (K/2 bytes), receives the peer's contribution to its own half, reduces, sends its reduced half and receives
-// the peer's. That is 2(N-1)/N x K = K bytes each way per call, the least any all_reduce moves (Patarasuk and Yuan).
+// a floor for Chorus's tcp transport (docs/performance.md, "2-rank tcp all_reduce: medians over alternating
+// runs, and a protocol-free exchange": on the forty-fourth session's host it was not one; Chorus's all_reduce
+// took 0.4-0.9 of its time at 1 MiB in alternating runs). Two processes (this one and a forked child) joined by one TCP
+// connection over 127.0.0.1, set up as Chorus sets up a same-host connection (TCP_NODELAY, reno congestion control, the
+// kernel's buffer autotuning), repeat what any 2-rank all_reduce over that connection must do on the same buffers each
+// call: each rank sends the half of its input that the peer reduces (K/2 bytes), receives the peer's contribution to
+// its own half, reduces, sends its reduced half and receives the peer's. That is 2(N-1)/N x K = K bytes each way per
+// call, the least any all_reduce moves (Patarasuk and Yuan).
 //
 // Both directions of the connection are driven from one thread with non-blocking send and recv, and poll when
 // neither moved (-m spin: retry at once instead): the outgoing stream is the peer's half of the input, then the
@@ -25,7 +26,7 @@
 //   build/bin/tcp_floor [-b MIN] [-e MAX] [-t SECONDS] [-s SOCKET_BUFFER_BYTES] [-m poll|spin] [-r READ_LIMIT]
 // Prints, per size (bytes per rank), the median over 5 rounds of each variant's time per call in
 // microseconds. Compare with `CHORUS_TRANSPORT=tcp chorus-run -n 2 -- chorus-perf allreduce --rotate 0 -R 0`
-// and Open MPI's tcp, alternating (docs/performance.md, "A protocol-free exchange over loopback").
+// and Open MPI's tcp, alternating (docs/data/s44/tcp-floor-ab.sh).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
