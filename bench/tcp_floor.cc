@@ -29,7 +29,6 @@
 // and Open MPI's tcp, alternating (docs/data/s44/tcp-floor-ab.sh).
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -45,9 +44,11 @@
 #include <string>
 #include <vector>
 
+#include "base/net.h"
 #include "base/units.h"
 #include "chorus/types.h"
 #include "kernels/reduce.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace {
 
@@ -58,15 +59,11 @@ using Clock = std::chrono::steady_clock;
   std::exit(1);
 }
 
+// As the tcp transport sets up a same-host connection (src/transport/tcp/tcp_transport.cc).
 void set_options(int fd, int buffer_bytes) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const char reno[] = "reno";
-  setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, reno, sizeof(reno) - 1);  // as Chorus's same-host connections
-  if (buffer_bytes > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
-  }
+  chorus::base::set_nodelay(fd);
+  chorus::base::set_congestion_control(fd, chorus::transport::TcpTransport::kSameHostCongestion);
+  chorus::base::set_buffer_sizes(fd, buffer_bytes);
 }
 
 // Sends one byte and waits for the peer's: a barrier over the connection (every stream is drained by then).
