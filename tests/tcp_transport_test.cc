@@ -1,6 +1,7 @@
 // The tcp transport's receive path, driven directly: frames that arrive before their receive is posted (a peer
 // running ahead, so that the socket holds many of them at once) come out intact and in order, whatever their
-// sizes, whether they are copied or reduced, and before the peer's goodbye.
+// sizes, whether they are copied or reduced, and before the peer's goodbye or abort, with and without reading
+// ahead (TcpOptions::read_ahead_bytes), and with read-ahead buffers smaller than a frame's header.
 #include "transport/tcp/tcp_transport.h"
 
 #include <gtest/gtest.h>
@@ -78,7 +79,22 @@ void run_pair(const std::function<void(transport::TcpTransport&)>& sender,
   r1.join();
 }
 
-TEST(TcpTransport, FramesThatArriveEarlyStayIntactAndInOrder) {
+// Each test below runs with these read-ahead sizes: none, one smaller than a frame header (frames of up to 25
+// bytes read ahead, in pieces), the default, and one that reads ahead of frames up to 256 KiB (reduced ones
+// among them, whose 64 KiB staging pieces then come partly from the buffer).
+class TcpReadAhead : public ::testing::TestWithParam<size_t> {
+ protected:
+  transport::TcpOptions options() const {
+    transport::TcpOptions o;
+    o.read_ahead_bytes = GetParam();
+    return o;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Sizes, TcpReadAhead, ::testing::Values(size_t{0}, size_t{100}, size_t{16} << 10, size_t{1} << 20),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return "Bytes" + std::to_string(info.param); });
+
+TEST_P(TcpReadAhead, FramesThatArriveEarlyStayIntactAndInOrder) {
   // Small frames, empty ones, sizes either side of 16 KiB, a large one, and reduced ones of one and of several
   // 64 KiB staging pieces, in one stream.
   std::vector<Frame> frames;
@@ -129,10 +145,11 @@ TEST(TcpTransport, FramesThatArriveEarlyStayIntactAndInOrder) {
           }
           for (size_t k = f.bytes; k < got.size(); ++k) ASSERT_EQ(got[k], '\x5a') << "frame " << i << " overran";
         }
-      });
+      },
+      options());
 }
 
-TEST(TcpTransport, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
+TEST_P(TcpReadAhead, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
   constexpr size_t kFrames = 40;
   run_pair(
       [&](transport::TcpTransport& t) {
@@ -163,7 +180,49 @@ TEST(TcpTransport, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
           EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
           EXPECT_NE(std::string(e.what()).find("rank 0 closed its communicator"), std::string::npos) << e.what();
         }
-      });
+      },
+      options());
+}
+
+TEST_P(TcpReadAhead, FramesSentBeforeAnAbortAreDeliveredThenItsReasonIsReported) {
+  // Small frames and then the peer's abort frame, all in the socket before the first receive: with reading
+  // ahead, the abort frame (or its first bytes) sits in the read-ahead buffer when the peer's stream ends.
+  constexpr size_t kFrames = 25;
+  run_pair(
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        std::vector<std::vector<char>> payloads;
+        for (size_t i = 0; i < kFrames; ++i) payloads.push_back(payload_of(i, {i * 5 + 3, false}));
+        for (size_t i = 0; i < kFrames; ++i) {
+          t.isend(1, tag_of(i, {i * 5 + 3, false}), payloads[i].data(), payloads[i].size(), deadline,
+                  transport::SenderWork::busy());
+        }
+        t.flush(deadline);
+        t.fail(Error(ErrorCode::InvalidArgument, "rank 0 was given a bad count", 0));
+      },
+      [&](transport::TcpTransport& t) {
+        std::this_thread::sleep_for(milliseconds(300));
+        auto deadline = base::Deadline::after(std::chrono::seconds(20));
+        for (size_t i = 0; i < kFrames; ++i) {
+          Frame f{i * 5 + 3, false};
+          std::vector<char> got(f.bytes);
+          t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
+          ASSERT_EQ(got, payload_of(i, f)) << "frame " << i;
+        }
+        const auto started = std::chrono::steady_clock::now();
+        char extra[8];
+        try {
+          t.recv(0, tag_of(kFrames, {8, false}), extra, 8, deadline);
+          ADD_FAILURE() << "a receive past the peer's abort must fail";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+          EXPECT_NE(std::string(e.what()).find("rank 0 aborted the communicator: rank 0 was given a bad count"),
+                    std::string::npos)
+              << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the abort came late";
+      },
+      options());
 }
 
 TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
@@ -241,14 +300,11 @@ TEST(TcpTransport, CongestionSettingIsCheckedAndSystemLeavesCommunicatorsWorking
   }
 }
 
-TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
-  // CHORUS_TCP_SPIN: polls of an empty socket before a receive sleeps in epoll_wait. Out of range is refused
-  // at creation, naming the variable.
-  expect_tcp_setting_refused("CHORUS_TCP_SPIN", {"-1", "100000001", "many"});
-  // 0 (every empty read sleeps until epoll reports data) and a long spin: 3 ranks, small and large all_reduces
-  // and broadcasts from every root, each checked against its closed form.
-  for (const char* spin : {"0", "100000"}) {
-    testing::ScopedEnv env("CHORUS_TCP_SPIN", spin);
+// For each value of the environment variable `name`: 3 tcp ranks, small and large all_reduces and broadcasts
+// from every root, each checked against its closed form.
+void expect_right_results_with(const char* name, std::initializer_list<const char*> values) {
+  for (const char* value : values) {
+    testing::ScopedEnv env(name, value);
     CommOptions o;
     o.transport = TransportKind::Tcp;
     constexpr int kRanks = 3;
@@ -260,16 +316,33 @@ TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
         comm.all_reduce(v.data(), v.data(), count, DataType::Int32, ReduceOp::Sum);
         for (size_t k = 0; k < count; ++k) {
           // sum over ranks q of (q + 1) * 10 + k % 5
-          ASSERT_EQ(v[k], static_cast<int32_t>(10 * kRanks * (kRanks + 1) / 2 + kRanks * (k % 5))) << spin << " " << k;
+          ASSERT_EQ(v[k], static_cast<int32_t>(10 * kRanks * (kRanks + 1) / 2 + kRanks * (k % 5)))
+              << name << "=" << value << " element " << k;
         }
         for (int root = 0; root < kRanks; ++root) {
           std::vector<int32_t> b(count, r == root ? root + 7 : -1);
           comm.broadcast(b.data(), b.data(), count, DataType::Int32, root);
-          ASSERT_EQ(std::count(b.begin(), b.end(), root + 7), static_cast<std::ptrdiff_t>(count)) << spin;
+          ASSERT_EQ(std::count(b.begin(), b.end(), root + 7), static_cast<std::ptrdiff_t>(count))
+              << name << "=" << value;
         }
       }
     });
   }
+}
+
+TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
+  // CHORUS_TCP_SPIN: polls of an empty socket before a receive sleeps in epoll_wait. Out of range is refused
+  // at creation, naming the variable. 0 (every empty read sleeps until epoll reports data) and a long spin
+  // give right results.
+  expect_tcp_setting_refused("CHORUS_TCP_SPIN", {"-1", "100000001", "many"});
+  expect_right_results_with("CHORUS_TCP_SPIN", {"0", "100000"});
+}
+
+TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {
+  // CHORUS_TCP_READ_AHEAD: bytes a receive of a small frame may read past it. Not a size, or above 16 MiB, is
+  // refused at creation, naming the variable; none, less than a header, and 1 MiB give right results.
+  expect_tcp_setting_refused("CHORUS_TCP_READ_AHEAD", {"-1", "17M", "1.5K", "lots"});
+  expect_right_results_with("CHORUS_TCP_READ_AHEAD", {"0", "40", "1M"});
 }
 
 }  // namespace

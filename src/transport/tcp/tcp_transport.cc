@@ -86,6 +86,7 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
   if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
   if (options.spin >= 0) t->spin_ = options.spin;
+  t->read_ahead_bytes_ = options.read_ahead_bytes;
   base::SockAddr addr = choose_listen_address(options, store_address, all_local);
   addr.set_port(0);
   base::Fd listener = base::listen_tcp(addr, std::max(128, size + 16));
@@ -426,23 +427,60 @@ void TcpTransport::sever(int peer) {
 
 // ---------------------------------------------------------------- receiving
 
-ssize_t TcpTransport::read_some(int peer, iovec* iov, int iovcnt) {
+namespace {
+
+// Copies the first bytes of [src, src + avail) into iov: how many.
+size_t copy_out(const char* src, size_t avail, const iovec* iov, int iovcnt) {
+  size_t total = 0;
+  for (int i = 0; i < iovcnt && total < avail; ++i) {
+    size_t n = std::min(iov[i].iov_len, avail - total);
+    std::memcpy(iov[i].iov_base, src + total, n);
+    total += n;
+    if (n < iov[i].iov_len) break;
+  }
+  return total;
+}
+
+}  // namespace
+
+ssize_t TcpTransport::read_some(int peer, iovec* iov, int iovcnt, bool ahead) {
   Peer& p = peers_[peer];
+  if (p.ahead_pos < p.ahead_end) {
+    size_t n = copy_out(p.ahead.get() + p.ahead_pos, p.ahead_end - p.ahead_pos, iov, iovcnt);
+    p.ahead_pos += n;
+    return static_cast<ssize_t>(n);
+  }
   if (p.stash_pos < p.stash.size()) {
-    size_t total = 0;
-    for (int i = 0; i < iovcnt && p.stash_pos < p.stash.size(); ++i) {
-      size_t n = std::min(iov[i].iov_len, p.stash.size() - p.stash_pos);
-      std::memcpy(iov[i].iov_base, p.stash.data() + p.stash_pos, n);
-      p.stash_pos += n;
-      total += n;
-      if (n < iov[i].iov_len) break;
-    }
-    return static_cast<ssize_t>(total);
+    size_t n = copy_out(p.stash.data() + p.stash_pos, p.stash.size() - p.stash_pos, iov, iovcnt);
+    p.stash_pos += n;
+    return static_cast<ssize_t>(n);
   }
   if (p.hung_up) return 0;
+  // Reading ahead: the caller's bytes first, then whatever follows them in the socket, up to the buffer's size.
+  iovec with_ahead[3];
+  size_t wanted = 0;
+  if (ahead && read_ahead_bytes_ > 0 && iovcnt <= 2) {
+    if (!p.ahead) p.ahead = std::make_unique<char[]>(read_ahead_bytes_);
+    for (int i = 0; i < iovcnt; ++i) {
+      with_ahead[i] = iov[i];
+      wanted += iov[i].iov_len;
+    }
+    with_ahead[iovcnt] = {p.ahead.get(), read_ahead_bytes_};
+    iov = with_ahead;
+    ++iovcnt;
+  } else {
+    ahead = false;
+  }
   while (true) {
     ssize_t n = ::readv(p.fd.get(), iov, iovcnt);
-    if (n >= 0) return n;
+    if (n >= 0) {
+      if (ahead && static_cast<size_t>(n) > wanted) {
+        p.ahead_pos = 0;
+        p.ahead_end = static_cast<size_t>(n) - wanted;
+        return static_cast<ssize_t>(wanted);
+      }
+      return n;
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return -1;
     if (errno == ECONNRESET || errno == ENOTCONN || errno == EPIPE) {
@@ -477,6 +515,10 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   size_t piece = reduction ? std::min(len, kStagingBytes) : len;
   size_t pgot = 0;
   char* pdst = reduction ? staging_.get() : dst;
+  // A small frame reads ahead (TcpOptions::read_ahead_bytes): where the peer's frames queue up, as when a root
+  // runs ahead of a chain of broadcasts, the next ones then cost no syscall. A large one reads only its own
+  // bytes, so that its payload is never copied twice.
+  const bool read_ahead = len <= read_ahead_bytes_ / 4;
   int spins = 0;
   while (true) {
     iovec iov[2];
@@ -484,7 +526,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
     if (hgot < sizeof(h)) iov[n++] = {reinterpret_cast<char*>(&h) + hgot, sizeof(h) - hgot};
     if (pgot < piece) iov[n++] = {pdst + pgot, piece - pgot};
     if (n > 0) {
-      ssize_t r = read_some(peer, iov, n);
+      ssize_t r = read_some(peer, iov, n, read_ahead);
       if (r < 0) {
         if (spins < spin_) {
           ++spins;
@@ -658,8 +700,11 @@ void TcpTransport::handle_hangup(int peer) {
   p.hung_up = true;
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.fd.get(), nullptr);
   p.interest = 0;
+  // What the stream still holds, in its order: bytes read ahead and not yet taken, then the tail.
   p.stash.erase(0, p.stash_pos);
   p.stash_pos = 0;
+  if (p.ahead_pos < p.ahead_end) p.stash.append(p.ahead.get() + p.ahead_pos, p.ahead_end - p.ahead_pos);
+  p.ahead_pos = p.ahead_end = 0;
   p.stash += tail;
 
   // Walk the frames left in the stream. Nothing in a header is trusted before its checksum and tag are.

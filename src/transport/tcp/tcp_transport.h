@@ -35,6 +35,10 @@ struct TcpOptions {
   // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN); -1: 8 when
   // oversubscribed (each yielding the core), else 64.
   int spin = -1;
+  // A receive of a small frame (at most a quarter of this) also reads up to this many bytes of what follows it
+  // into the peer's read-ahead buffer, in the same readv, and the next receives take their bytes from there
+  // without a syscall while it lasts (CHORUS_TCP_READ_AHEAD; 0: each receive reads only its own bytes).
+  size_t read_ahead_bytes = 16 << 10;
 };
 
 class TcpTransport final : public Transport {
@@ -103,8 +107,13 @@ class TcpTransport final : public Transport {
     bool reset = false;           // the connection was reset
     bool severed = false;         // this rank reset it (sever); fd is closed
     std::optional<Error> error;   // why the peer's stream ended badly (abort frame, death)
-    std::string stash;            // read-ahead after a hang-up
+    std::string stash;            // the rest of the stream, read at a hang-up
     size_t stash_pos = 0;
+    // Bytes read ahead of the frame being received (TcpOptions::read_ahead_bytes): [ahead_pos, ahead_end) of
+    // `ahead` come next in the stream, before anything still in the socket.
+    std::unique_ptr<char[]> ahead;
+    size_t ahead_pos = 0;
+    size_t ahead_end = 0;
   };
 
   TcpTransport(int rank, int size, uint64_t comm_tag);
@@ -113,8 +122,10 @@ class TcpTransport final : public Transport {
                const char* local, const base::Deadline& deadline);
   [[noreturn]] void on_unexpected_frame(int peer, const FrameHeader& h, const MessageTag& tag, size_t len,
                                         const char* spilled, size_t spilled_len, const base::Deadline& deadline);
-  // Reads from the stash, then the socket: > 0 bytes, 0 at the end of the stream, -1 when it would block.
-  ssize_t read_some(int peer, iovec* iov, int iovcnt);
+  // Reads from the read-ahead buffer, then the stash, then the socket: > 0 bytes, 0 at the end of the stream,
+  // -1 when it would block. With `ahead` (at most two iovecs), a read from the socket also fills the peer's
+  // read-ahead buffer with what follows, in the same syscall.
+  ssize_t read_some(int peer, iovec* iov, int iovcnt, bool ahead = false);
   void progress_sends(int peer);
   // One round of waiting: flushes writable sockets, notices hang-ups and aborts. reading_peer (or -1) is
   // the peer whose socket the caller reads itself.
@@ -135,6 +146,7 @@ class TcpTransport final : public Transport {
   // ranks than cores each poll yields the core instead (and polls fewer times).
   int spin_ = 0;
   bool yield_ = false;
+  size_t read_ahead_bytes_ = 0;
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
