@@ -91,8 +91,11 @@ class TcpReadAhead : public ::testing::TestWithParam<size_t> {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Sizes, TcpReadAhead, ::testing::Values(size_t{0}, size_t{100}, size_t{16} << 10, size_t{1} << 20),
-                         [](const ::testing::TestParamInfo<size_t>& info) { return "Bytes" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Sizes, TcpReadAhead,
+                         ::testing::Values(size_t{0}, size_t{100}, size_t{16} << 10, size_t{1} << 20),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return "Bytes" + std::to_string(info.param);
+                         });
 
 TEST_P(TcpReadAhead, FramesThatArriveEarlyStayIntactAndInOrder) {
   // Small frames, empty ones, sizes either side of 16 KiB, a large one, and reduced ones of one and of several
