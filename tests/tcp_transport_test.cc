@@ -152,80 +152,63 @@ TEST_P(TcpReadAhead, FramesThatArriveEarlyStayIntactAndInOrder) {
       options());
 }
 
-TEST_P(TcpReadAhead, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
-  constexpr size_t kFrames = 40;
+// Rank 0 sends `frames` plain frames (frame i of i * 7 + 1 bytes) and then ends its stream with `end` (nothing:
+// run_pair's close() sends a goodbye); rank 1 receives them once they are all in its socket, then one more,
+// which must fail with `code` and a message containing `what`, within 5 seconds. With `look_between`, rank 1
+// looks at its sockets (check_peers) after the first frame, when the rest may sit in the read-ahead buffer:
+// the hang-up it finds there must not hide them, nor turn a goodbye into a loss.
+void expect_frames_then_error(size_t frames, const transport::TcpOptions& options,
+                              const std::function<void(transport::TcpTransport&)>& end, ErrorCode code,
+                              const std::string& what, bool look_between = false) {
+  auto frame = [](size_t i) { return Frame{i * 7 + 1, false}; };
   run_pair(
       [&](transport::TcpTransport& t) {
         auto deadline = base::Deadline::after(std::chrono::seconds(60));
         std::vector<std::vector<char>> payloads;
-        for (size_t i = 0; i < kFrames; ++i) payloads.push_back(payload_of(i, {i * 11 + 1, false}));
-        for (size_t i = 0; i < kFrames; ++i) {
-          t.isend(1, tag_of(i, {i * 11 + 1, false}), payloads[i].data(), payloads[i].size(), deadline,
+        for (size_t i = 0; i < frames; ++i) payloads.push_back(payload_of(i, frame(i)));
+        for (size_t i = 0; i < frames; ++i) {
+          t.isend(1, tag_of(i, frame(i)), payloads[i].data(), payloads[i].size(), deadline,
                   transport::SenderWork::busy());
         }
         t.flush(deadline);
-        // run_pair closes the transport now: a goodbye follows the frames in the stream.
+        if (end) end(t);
       },
       [&](transport::TcpTransport& t) {
-        std::this_thread::sleep_for(milliseconds(300));  // the frames and the goodbye are all there
-        auto deadline = base::Deadline::after(std::chrono::seconds(60));
-        for (size_t i = 0; i < kFrames; ++i) {
-          Frame f{i * 11 + 1, false};
-          std::vector<char> got(f.bytes);
-          t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
-          ASSERT_EQ(got, payload_of(i, f)) << "frame " << i;
-        }
-        char extra[8];
-        try {
-          t.recv(0, tag_of(kFrames, {8, false}), extra, 8, deadline);
-          ADD_FAILURE() << "a receive past the peer's goodbye must fail";
-        } catch (const Error& e) {
-          EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
-          EXPECT_NE(std::string(e.what()).find("rank 0 closed its communicator"), std::string::npos) << e.what();
-        }
-      },
-      options());
-}
-
-TEST_P(TcpReadAhead, FramesSentBeforeAnAbortAreDeliveredThenItsReasonIsReported) {
-  // Small frames and then the peer's abort frame, all in the socket before the first receive: with reading
-  // ahead, the abort frame (or its first bytes) sits in the read-ahead buffer when the peer's stream ends.
-  constexpr size_t kFrames = 25;
-  run_pair(
-      [&](transport::TcpTransport& t) {
-        auto deadline = base::Deadline::after(std::chrono::seconds(60));
-        std::vector<std::vector<char>> payloads;
-        for (size_t i = 0; i < kFrames; ++i) payloads.push_back(payload_of(i, {i * 5 + 3, false}));
-        for (size_t i = 0; i < kFrames; ++i) {
-          t.isend(1, tag_of(i, {i * 5 + 3, false}), payloads[i].data(), payloads[i].size(), deadline,
-                  transport::SenderWork::busy());
-        }
-        t.flush(deadline);
-        t.fail(Error(ErrorCode::InvalidArgument, "rank 0 was given a bad count", 0));
-      },
-      [&](transport::TcpTransport& t) {
-        std::this_thread::sleep_for(milliseconds(300));
+        std::this_thread::sleep_for(milliseconds(300));  // the frames and the stream's end are all there
         auto deadline = base::Deadline::after(std::chrono::seconds(20));
-        for (size_t i = 0; i < kFrames; ++i) {
-          Frame f{i * 5 + 3, false};
-          std::vector<char> got(f.bytes);
-          t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
-          ASSERT_EQ(got, payload_of(i, f)) << "frame " << i;
+        for (size_t i = 0; i < frames; ++i) {
+          std::vector<char> got(frame(i).bytes);
+          t.recv(0, tag_of(i, frame(i)), got.data(), got.size(), deadline);
+          ASSERT_EQ(got, payload_of(i, frame(i))) << "frame " << i;
+          if (i == 0 && look_between) t.check_peers();
         }
         const auto started = std::chrono::steady_clock::now();
         char extra[8];
         try {
-          t.recv(0, tag_of(kFrames, {8, false}), extra, 8, deadline);
-          ADD_FAILURE() << "a receive past the peer's abort must fail";
+          t.recv(0, tag_of(frames, {8, false}), extra, 8, deadline);
+          ADD_FAILURE() << "a receive past the end of the peer's stream must fail";
         } catch (const Error& e) {
-          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
-          EXPECT_NE(std::string(e.what()).find("rank 0 aborted the communicator: rank 0 was given a bad count"),
-                    std::string::npos)
-              << e.what();
+          EXPECT_EQ(e.code(), code) << e.what();
+          EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
         }
-        EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the abort came late";
+        EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the error came late";
       },
-      options());
+      options);
+}
+
+TEST_P(TcpReadAhead, FramesSentBeforeAGoodbyeAreDeliveredBeforeIt) {
+  expect_frames_then_error(40, options(), nullptr, ErrorCode::PeerLost, "rank 0 closed its communicator");
+  expect_frames_then_error(40, options(), nullptr, ErrorCode::PeerLost, "rank 0 closed its communicator",
+                           /*look_between=*/true);
+}
+
+TEST_P(TcpReadAhead, FramesSentBeforeAnAbortAreDeliveredThenItsReasonIsReported) {
+  // With reading ahead, the abort frame (or its first bytes) sits in the read-ahead buffer when the peer's
+  // stream ends.
+  expect_frames_then_error(
+      25, options(),
+      [](transport::TcpTransport& t) { t.fail(Error(ErrorCode::InvalidArgument, "rank 0 was given a bad count", 0)); },
+      ErrorCode::InvalidArgument, "rank 0 aborted the communicator: rank 0 was given a bad count");
 }
 
 TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
