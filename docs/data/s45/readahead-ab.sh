@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tcp read-ahead, off against the default 16 KiB, rounds alternating (scripts/env-ab.py): the rows where frames
 # queue up (4-rank broadcast and reduce; 2-rank broadcast, where the root's sends set the pace) and rows where
-# they should not (2-rank all_reduce, small and large; 4-rank all_reduce). Each row twice, A off then A on, as
-# the first of a round's two runs fared differently in some rows.
+# they should not (2-rank all_reduce, small and large; 4-rank all_reduce). Each row in two sets of rounds (A off,
+# then A on; env-ab.py already alternates which runs first within a set), as single sets of the same row, minutes
+# apart, disagreed by up to 0.2.
 #   docs/data/s45/readahead-ab.sh > docs/data/s45/readahead-ab.txt
 cd "$(dirname "$0")/../../.."
 ab() {
