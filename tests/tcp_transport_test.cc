@@ -331,5 +331,38 @@ TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {
   expect_right_results_with("CHORUS_TCP_READ_AHEAD", {"0", "40", "1M"});
 }
 
+TEST(TcpTransport, SettingsNameTheTunablesInForce) {
+  // Communicator::transport_settings(): what chorus-perf prints under its header. The defaults, then each
+  // variable changed: the line follows it.
+  auto settings_with = [](std::initializer_list<std::pair<const char*, const char*>> vars) {
+    std::vector<std::unique_ptr<testing::ScopedEnv>> env;
+    for (const auto& [name, value] : vars) env.push_back(std::make_unique<testing::ScopedEnv>(name, value));
+    CommOptions o;
+    o.transport = TransportKind::Tcp;
+    std::string seen[2];
+    testing::run_world(2, o, [&](Communicator& comm) { seen[comm.rank()] = comm.transport_settings(); });
+    EXPECT_EQ(seen[0], seen[1]);
+    return seen[0];
+  };
+  const std::string defaults = settings_with({});
+  EXPECT_NE(defaults.find("tcp: reno on the 1 connection within this host (CHORUS_TCP_CONGESTION=auto)"),
+            std::string::npos)
+      << defaults;
+  EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("read-ahead of 16384 bytes past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)"),
+            std::string::npos)
+      << defaults;
+  const std::string changed =
+      settings_with({{"CHORUS_TCP_READ_AHEAD", "0"}, {"CHORUS_TCP_SPIN", "5"}, {"CHORUS_TCP_CONGESTION", "system"}});
+  EXPECT_NE(changed.find("the system's congestion control (CHORUS_TCP_CONGESTION=system)"), std::string::npos)
+      << changed;
+  EXPECT_NE(changed.find("5 polls"), std::string::npos) << changed;
+  EXPECT_NE(changed.find("read-ahead off"), std::string::npos) << changed;
+  // Shared memory says nothing here (it has accessors of its own).
+  CommOptions shm;
+  shm.transport = TransportKind::Shm;
+  testing::run_world(2, shm, [](Communicator& comm) { EXPECT_EQ(comm.transport_settings(), ""); });
+}
+
 }  // namespace
 }  // namespace chorus

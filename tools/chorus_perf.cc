@@ -1517,6 +1517,7 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
                                            "(CHORUS_SHM_ADAPT)"
                                          : "");
   }
+  if (const std::string s = comm.transport_settings(); !s.empty()) fmt::print("# {}\n", s);
   fmt::print("#\n");
   if (!bench.compared().empty()) {
     std::string names;

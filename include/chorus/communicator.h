@@ -330,6 +330,10 @@ class CHORUS_API Communicator {
   const CommOptions& options() const noexcept;
   // "inproc", "tcp", "shm", or "shm+tcp" (shared memory inside a host, tcp across hosts).
   std::string_view transport_name() const noexcept;
+  // One line on how the transport was set up, the tunables in force (tcp: congestion control, polls before a
+  // receive sleeps, read-ahead), for benchmark headers and logs; "" for transports with nothing to say here
+  // (shared memory has its own accessors below).
+  std::string transport_settings() const;
   // How many ranks of this communicator run on this rank's host, this one included.
   int local_size() const noexcept;
   // Ranks per CPU on the communicator's most crowded host: its ranks over the CPUs they may run on together

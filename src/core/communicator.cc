@@ -1027,6 +1027,7 @@ int Communicator::rank() const noexcept { return impl_->rank; }
 int Communicator::size() const noexcept { return impl_->size; }
 const CommOptions& Communicator::options() const noexcept { return impl_->options; }
 std::string_view Communicator::transport_name() const noexcept { return impl_->transport->name(); }
+std::string Communicator::transport_settings() const { return impl_->transport->settings(); }
 int Communicator::local_size() const noexcept { return impl_->local_size; }
 double Communicator::ranks_per_core() const noexcept { return impl_->ranks_per_core; }
 double Communicator::copy_rate_gbps() const noexcept { return impl_->copy_gbps; }

@@ -20,6 +20,7 @@ class HybridTransport final : public Transport {
   // "shm" or "tcp": the transport that carries frames to `peer`.
   std::string_view transport_for(int peer) const noexcept override { return local_[peer] ? "shm" : "tcp"; }
   WaitCounters wait_counters() const noexcept override { return shm_->wait_counters(); }
+  std::string settings() const override { return tcp_->settings() + " (across hosts)"; }
 
   SendHandle isend(int peer, const MessageTag& tag, const void* data, size_t len,
                    const base::Deadline& deadline, SenderWork work) override {

@@ -88,6 +88,9 @@ class Transport {
   // The transport that carries frames to `peer` (differs from name() only in a hybrid).
   virtual std::string_view transport_for(int peer) const noexcept { return name(); }
   virtual WaitCounters wait_counters() const noexcept { return {}; }
+  // One line on how this transport was set up (its tunables in force), for benchmark headers and logs; "" where
+  // there is nothing to say.
+  virtual std::string settings() const { return {}; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
 

@@ -217,6 +217,8 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
     base::set_buffer_sizes(fd, options.socket_buffer_bytes);
     set_congestion(fd, options.congestion, rank, p, &same_host);
   }
+  t->congestion_ = options.congestion;
+  t->same_host_reno_ = same_host;
   if (same_host > 0) {
     base::log_debug("tcp: {} of {} connections reach ranks on this host and use {} congestion control (auto)",
                     same_host, size - 1, kSameHostCongestion);
@@ -241,6 +243,24 @@ void TcpTransport::set_congestion(int fd, const std::string& choice, int rank, i
                                   rank, choice, peer, std::strerror(err),
                                   allowed.empty() ? "" : fmt::format("; this process may choose: {}", allowed)));
   }
+}
+
+std::string TcpTransport::settings() const {
+  std::string cc;
+  if (congestion_ == "auto") {
+    cc = same_host_reno_ == 0 ? std::string("the system's congestion control (no connection within this host)")
+                              : fmt::format("{} on the {} connection{} within this host", kSameHostCongestion,
+                                            same_host_reno_, same_host_reno_ == 1 ? "" : "s");
+  } else {
+    cc = congestion_ == "system" ? std::string("the system's congestion control") : congestion_;
+  }
+  const std::string ahead = read_ahead_bytes_ == 0 ? std::string("read-ahead off")
+                                                   : fmt::format("read-ahead of {} bytes past frames of up to {}",
+                                                                 read_ahead_bytes_, read_ahead_bytes_ / 4);
+  return fmt::format(
+      "tcp: {} (CHORUS_TCP_CONGESTION={}); {} polls{} before a receive sleeps (CHORUS_TCP_SPIN); {} "
+      "(CHORUS_TCP_READ_AHEAD)",
+      cc, congestion_, spin_, yield_ ? ", each yielding the core," : "", ahead);
 }
 
 std::string TcpTransport::congestion_control(int peer) const {

@@ -50,6 +50,10 @@ class TcpTransport final : public Transport {
   static constexpr const char* kSameHostCongestion = "reno";
   // The congestion control of the connection to `peer` ("" for this rank or when it cannot be read).
   std::string congestion_control(int peer) const;
+  // Congestion control, spin and read-ahead in force, e.g. "tcp: reno on the 1 connection within this host
+  // (CHORUS_TCP_CONGESTION=auto); 64 polls before a receive sleeps (CHORUS_TCP_SPIN); read-ahead of 16384 bytes
+  // past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)".
+  std::string settings() const override;
   // Listens (on the chosen interface's address only, never a wildcard), publishes "<key_prefix>addr/<rank>"
   // in the store, connects to every lower rank and accepts every higher rank. With options.auth_token, each
   // connection is authenticated first; an accepted connection that fails is dropped, logged, and the wait
@@ -147,6 +151,8 @@ class TcpTransport final : public Transport {
   int spin_ = 0;
   bool yield_ = false;
   size_t read_ahead_bytes_ = 0;
+  std::string congestion_;  // TcpOptions::congestion
+  int same_host_reno_ = 0;  // connections within this host given kSameHostCongestion ("auto")
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
