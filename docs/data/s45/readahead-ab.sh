@@ -8,7 +8,6 @@
 cd "$(dirname "$0")/../../.."
 ab() {
   for order in "0 16K" "16K 0"; do
-    set -- "$@"
     python3 scripts/env-ab.py "$1" "$2" tcp "CHORUS_TCP_READ_AHEAD=${order% *}" "CHORUS_TCP_READ_AHEAD=${order#* }" -- \
       "${@:3}" -c 0 --rotate 0 -R 0 --iters-by-size --average 3
     echo
