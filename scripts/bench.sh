@@ -15,6 +15,8 @@
 #   - scripts/plot-bench.py: bus bandwidth against size, per collective and transport -> docs/img/bench-*.png,
 #     and the ratio tables (chorus / best peer)                     -> docs/data/bench/summary.md, and the
 #     same tables into docs/performance.md (between its bench:begin and bench:end markers)
+#   - scripts/targets.py: every target of the performance issue, met or missed, over these rows
+#                                                                   -> docs/data/bench/targets.md
 # --rotate 0 (default): chorus-perf reuses one buffer slot for every iteration, as the peers' benchmark does, so
 # both sides are timed with the same cache state; --rotate 1 moves through the buffers as nccl-tests does
 # (sizes that fit in the caches are then timed cold for Chorus only), into compare-...-<t>-rotate1.txt.
@@ -26,9 +28,10 @@
 # --repeat R, --min, --max: every comparison R times (round by round: each round visits every row once), over
 # sizes MIN to MAX bytes (compare.sh's -b and -e; default 8 B to 64 MiB), into
 # docs/data/bench/repeat/compare-<coll>-<n>ranks-<t>[-fromMIN][-toMAX].<i>.txt, and per row the medians over
-# the runs (scripts/compare-median.py) into the same name with .md; the tables and plots above stay as they
-# are, and so do the probes' files (as with --no-probes). For the sizes whose single-run ratio moves from run to
-# run (docs/performance.md, "Where the two virtual CPUs sit").
+# the runs (scripts/compare-median.py) into the same name with .md, and the targets over the medians of every
+# row run (scripts/targets.py) into docs/data/bench/repeat/targets[-fromMIN][-toMAX][-NAME].md; the tables and
+# plots above stay as they are, and so do the probes' files (as with --no-probes). For the sizes whose
+# single-run ratio moves from run to run (docs/performance.md, "Where the two virtual CPUs sit").
 # --tag NAME: adds -NAME to the repeated runs' file names (compare-...[-toMAX]-NAME.<i>.txt and .md), so that
 # another host's or another build's repeated runs of the same rows stand beside the earlier ones.
 # Each comparison's file also records the round trip of a cache line between CPUs 0 and 1 before and after it
@@ -145,6 +148,8 @@ compare() {
   pkill -f mpi_coll_mpich 2>/dev/null || true
 }
 
+full_row_file() { echo "$OUT/compare-$1-$2ranks-$3$SUFFIX.txt"; }
+
 # Calls "$@" COLL N T for every row, transports outermost.
 each_row() {
   local t n c
@@ -156,7 +161,7 @@ each_row() {
 }
 
 if [[ $REPEAT == 1 && -z $MIN$MAX ]]; then
-  full_row() { compare "$1" "$2" "$3" "$OUT/compare-$1-$2ranks-$3$SUFFIX.txt"; }
+  full_row() { compare "$1" "$2" "$3" "$(full_row_file "$@")"; }
   each_row full_row
 else
   mkdir -p "$OUT/repeat"
@@ -170,6 +175,9 @@ else
   }
   for ((i = 1; i <= REPEAT; i++)); do each_row repeated_row "$i"; done
   each_row medians
+  row_files() { for ((i = 1; i <= REPEAT; i++)); do echo "$(row_base "$@").$i.txt"; done; }
+  python3 scripts/targets.py $(each_row row_files) >"$OUT/repeat/targets$SUFFIX$RANGE.md"
+  echo "targets: $OUT/repeat/targets$SUFFIX$RANGE.md"
   exit 0
 fi
 
@@ -184,4 +192,5 @@ fi
 
 PY=python3; $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
 $PY scripts/plot-bench.py "$OUT" --img docs/img --summary "$OUT/summary.md" --doc docs/performance.md
-echo "tables: $OUT/summary.md; plots: docs/img/bench-*.png"
+python3 scripts/targets.py $(each_row full_row_file) >"$OUT/targets$SUFFIX.md"
+echo "tables: $OUT/summary.md; plots: docs/img/bench-*.png; targets: $OUT/targets$SUFFIX.md"
