@@ -168,14 +168,15 @@ else
   RANGE=${MIN:+-from$MIN}${MAX:+-to$MAX}${TAG:+-$TAG}
   row_base() { echo "$OUT/repeat/compare-$1-$2ranks-$3$SUFFIX$RANGE"; }
   repeated_row() { compare "$2" "$3" "$4" "$(row_base "$2" "$3" "$4").$1.txt"; }
+  # A row's R files, for its medians and (over every row) the targets.
+  row_files() { local i; for ((i = 1; i <= REPEAT; i++)); do echo "$(row_base "$@").$i.txt"; done; }
   medians() {
     local base; base=$(row_base "$@")
-    python3 scripts/compare-median.py $(for ((i = 1; i <= REPEAT; i++)); do echo "$base.$i.txt"; done) >"$base.md"
+    python3 scripts/compare-median.py $(row_files "$@") >"$base.md"
     echo "medians: $base.md"
   }
   for ((i = 1; i <= REPEAT; i++)); do each_row repeated_row "$i"; done
   each_row medians
-  row_files() { for ((i = 1; i <= REPEAT; i++)); do echo "$(row_base "$@").$i.txt"; done; }
   python3 scripts/targets.py $(each_row row_files) >"$OUT/repeat/targets$SUFFIX$RANGE.md"
   echo "targets: $OUT/repeat/targets$SUFFIX$RANGE.md"
   exit 0

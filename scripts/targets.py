@@ -52,8 +52,8 @@ def rows_of(files):
             raise SystemExit(f"{path}: not a compare-<coll>-<n>ranks-<t>... file")
         tables, ratios = parse(path)
         for size, chorus, _, peer, ratio in ratios:
-            sockets = [rows_[size][0] for impl, rows_ in tables.items()
-                       if not impl.startswith(("chorus", "mpich")) and size in rows_ and rows_[size][0] > 0]
+            sockets = [times[size][0] for impl, times in tables.items()
+                       if not impl.startswith(("chorus", "mpich")) and size in times and times[size][0] > 0]
             vs_sockets = chorus / min(sockets) if sockets else None
             rows[(m.group(1), int(m.group(2)), m.group(3))][size].append((ratio, peer, vs_sockets))
     return rows
