@@ -331,6 +331,96 @@ TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {
   expect_right_results_with("CHORUS_TCP_READ_AHEAD", {"0", "40", "1M"});
 }
 
+TEST(SpinBudget, DoublesAfterShortSleepsHalvesAfterLongOnesAndStaysInItsBounds) {
+  using std::chrono::microseconds;
+  transport::SpinBudget b(microseconds(40), microseconds(320));
+  EXPECT_EQ(b.budget(), microseconds(40));
+  // A sleep that ended within the maximum: polling longer would have spared it.
+  b.after_sleep(microseconds(150));
+  EXPECT_EQ(b.budget(), microseconds(80));
+  b.after_sleep(microseconds(320));
+  EXPECT_EQ(b.budget(), microseconds(160));
+  for (int i = 0; i < 10; ++i) b.after_sleep(microseconds(100));
+  EXPECT_EQ(b.budget(), microseconds(320));
+  // Between the maximum and kShrinkFactor times it: left alone.
+  b.after_sleep(microseconds(321));
+  b.after_sleep(microseconds(320 * transport::SpinBudget::kShrinkFactor));
+  EXPECT_EQ(b.budget(), microseconds(320));
+  // Far beyond it: the peer was busy, polling only burns the core.
+  b.after_sleep(microseconds(320 * transport::SpinBudget::kShrinkFactor + 1));
+  EXPECT_EQ(b.budget(), microseconds(160));
+  for (int i = 0; i < 10; ++i) b.after_sleep(std::chrono::milliseconds(50));
+  EXPECT_EQ(b.budget(), microseconds(40));
+  // A maximum below the minimum is raised to it.
+  transport::SpinBudget flat(microseconds(40), microseconds(10));
+  flat.after_sleep(microseconds(5));
+  EXPECT_EQ(flat.budget(), microseconds(40));
+}
+
+// Rank 0 sends `gaps.size()` 8-byte frames, each after sleeping its gap; rank 1 receives them (on a background
+// thread when `background`) and records its transport's spin_budget() after each.
+std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::chrono::microseconds>& gaps,
+                                                         const transport::TcpOptions& options,
+                                                         bool background = false) {
+  std::vector<std::chrono::nanoseconds> budgets;
+  const Frame f{8, false};
+  run_pair(
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        const std::vector<char> payload = payload_of(0, f);
+        for (size_t i = 0; i < gaps.size(); ++i) {
+          std::this_thread::sleep_for(gaps[i]);
+          t.isend(1, tag_of(i, f), payload.data(), f.bytes, deadline, transport::SenderWork::busy());
+          t.flush(deadline);
+        }
+      },
+      [&](transport::TcpTransport& t) {
+        transport::set_background_thread(background);
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        budgets.push_back(t.spin_budget());
+        for (size_t i = 0; i < gaps.size(); ++i) {
+          std::vector<char> got(f.bytes);
+          t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
+          EXPECT_EQ(got, payload_of(0, f)) << "frame " << i;
+          budgets.push_back(t.spin_budget());
+        }
+        transport::set_background_thread(false);
+      },
+      options);
+  return budgets;
+}
+
+TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
+  // Without oversubscription and without CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
+  // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
+  // budget grows (at least once in 40, however loaded the machine). Frames 5 ms apart then bring it back to
+  // the minimum: every such wait is longer than kShrinkFactor times the maximum.
+  using transport::TcpTransport;
+  transport::TcpOptions o;
+  o.oversubscribed = 0;
+  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
+  gaps.insert(gaps.end(), 10, std::chrono::microseconds(5000));
+  auto budgets = budgets_after_gaps(gaps, o);
+  ASSERT_EQ(budgets.size(), gaps.size() + 1);
+  EXPECT_EQ(budgets.front(), TcpTransport::kSpinMin);
+  auto grown = *std::max_element(budgets.begin(), budgets.begin() + 41);
+  EXPECT_GT(grown, TcpTransport::kSpinMin);
+  EXPECT_LE(grown, TcpTransport::kSpinMax);
+  EXPECT_EQ(budgets.back(), TcpTransport::kSpinMin);
+
+  // On a background thread (core's progress engine, where the caller computes meanwhile) and with
+  // CHORUS_TCP_SPIN's fixed count the budget is not used: it stays put, and reads 0 with the fixed count.
+  std::vector<std::chrono::microseconds> short_gaps(20, std::chrono::microseconds(100));
+  for (auto b : budgets_after_gaps(short_gaps, o, /*background=*/true)) EXPECT_EQ(b, TcpTransport::kSpinMin);
+  transport::TcpOptions fixed = o;
+  fixed.spin = 64;
+  for (auto b : budgets_after_gaps(short_gaps, fixed)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  // Oversubscribed: a few yielding polls, no budget.
+  transport::TcpOptions over;
+  over.oversubscribed = 1;
+  for (auto b : budgets_after_gaps(short_gaps, over)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+}
+
 TEST(TcpTransport, SettingsNameTheTunablesInForce) {
   // Communicator::transport_settings(): what chorus-perf prints under its header. The defaults, then each
   // variable changed: the line follows it.
@@ -349,6 +439,12 @@ TEST(TcpTransport, SettingsNameTheTunablesInForce) {
             std::string::npos)
       << defaults;
   EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
+  if (!transport::more_ranks_than_cores(2)) {
+    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits), a larger one 64 "
+                            "times, before it sleeps (CHORUS_TCP_SPIN unset)"),
+              std::string::npos)
+        << defaults;
+  }
   EXPECT_NE(defaults.find("read-ahead of 16384 bytes past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)"),
             std::string::npos)
       << defaults;

@@ -39,7 +39,8 @@ struct Config {
   int shm_spin = -1;
   // CHORUS_STREAM_COPY: auto (-1), 0 or 1; how a rank copies its own large blocks (algo::local_copy).
   int stream_copy = -1;
-  // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count).
+  // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count, and
+  // timed and adapted for small receives; TcpOptions::spin).
   int tcp_spin = -1;
   // CHORUS_TCP_READ_AHEAD: bytes a tcp receive of a small frame may read past it in the same syscall (0: none).
   size_t tcp_read_ahead_bytes = 16 << 10;

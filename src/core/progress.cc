@@ -5,6 +5,7 @@
 
 #include "base/logging.h"
 #include "core/trace.h"
+#include "transport/transport.h"
 
 namespace chorus {
 
@@ -97,6 +98,7 @@ void ProgressEngine::drain() {
 void ProgressEngine::loop() {
   base::LogTag tag(&name_);
   trace::set_thread_name("progress " + name_);
+  transport::set_background_thread(true);  // its waits poll briefly: the caller's thread computes meanwhile
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (queue_.empty()) {

@@ -82,4 +82,11 @@ bool more_ranks_than_cores(int ranks) noexcept {
   return ranks > 0 && static_cast<unsigned>(ranks) > cores;
 }
 
+namespace {
+thread_local bool t_background = false;
+}  // namespace
+
+void set_background_thread(bool yes) noexcept { t_background = yes; }
+bool on_background_thread() noexcept { return t_background; }
+
 }  // namespace chorus::transport

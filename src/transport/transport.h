@@ -69,6 +69,12 @@ struct SenderWork {
 // (most likely to the rank it waits for) rather than spin on it.
 bool more_ranks_than_cores(int ranks) noexcept;
 
+// Marks the calling thread as one that runs operations in the background (core's progress engine) while the
+// caller's own thread goes on computing. A wait there keeps its polling short: a long poll would take the core
+// from that computation (the tcp transport's timed poll of small receives, tcp_transport.h, is off there).
+void set_background_thread(bool yes) noexcept;
+bool on_background_thread() noexcept;
+
 // How a transport's waits and large payloads went (shared memory; the others report zeros).
 struct WaitCounters {
   uint64_t sleeps = 0;          // waits that went to sleep after polling

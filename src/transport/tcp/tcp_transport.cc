@@ -77,6 +77,7 @@ void TcpTransport::set_oversubscribed(bool yes) {
   // Oversubscribed: a few polls, each yielding the core, before sleeping; otherwise more, without yielding.
   yield_ = yes;
   spin_ = yes ? 8 : 64;
+  timed_spin_ = !yes;
 }
 
 std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
@@ -85,7 +86,10 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
                                                     bool all_local, base::Deadline deadline) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
   if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
-  if (options.spin >= 0) t->spin_ = options.spin;
+  if (options.spin >= 0) {
+    t->spin_ = options.spin;
+    t->timed_spin_ = false;
+  }
   t->read_ahead_bytes_ = options.read_ahead_bytes;
   base::SockAddr addr = choose_listen_address(options, store_address, all_local);
   addr.set_port(0);
@@ -257,10 +261,17 @@ std::string TcpTransport::settings() const {
   const std::string ahead = read_ahead_bytes_ == 0 ? std::string("read-ahead off")
                                                    : fmt::format("read-ahead of {} bytes past frames of up to {}",
                                                                  read_ahead_bytes_, read_ahead_bytes_ / 4);
-  return fmt::format(
-      "tcp: {} (CHORUS_TCP_CONGESTION={}); {} polls{} before a receive sleeps (CHORUS_TCP_SPIN); {} "
-      "(CHORUS_TCP_READ_AHEAD)",
-      cc, congestion_, spin_, yield_ ? ", each yielding the core," : "", ahead);
+  const std::string spin =
+      timed_spin_
+          ? fmt::format("a receive of up to {} KiB polls for {}-{} us (adapted to its waits), a larger one {} times, "
+                        "before it sleeps (CHORUS_TCP_SPIN unset)",
+                        kTimedSpinMaxBytes >> 10,
+                        std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
+                        std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
+          : fmt::format("{} polls{} before a receive sleeps (CHORUS_TCP_SPIN)", spin_,
+                        yield_ ? ", each yielding the core," : "");
+  return fmt::format("tcp: {} (CHORUS_TCP_CONGESTION={}); {}; {} (CHORUS_TCP_READ_AHEAD)", cc, congestion_, spin,
+                     ahead);
 }
 
 std::string TcpTransport::congestion_control(int peer) const {
@@ -540,6 +551,11 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   // bytes, so that its payload is never copied twice.
   const bool read_ahead = len <= read_ahead_bytes_ / 4;
   int spins = 0;
+  // A small receive's wait polls for spin_budget_'s time: from its first empty poll (wait_start) until it
+  // sleeps; once it has slept, the time it took teaches the budget (transport/spin_budget.h).
+  const bool timed = timed_spin_ && len <= kTimedSpinMaxBytes && !on_background_thread();
+  bool waiting = false, slept = false;
+  base::Clock::time_point wait_start{};
   while (true) {
     iovec iov[2];
     int n = 0;
@@ -548,14 +564,30 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
     if (n > 0) {
       ssize_t r = read_some(peer, iov, n, read_ahead);
       if (r < 0) {
-        if (spins < spin_) {
-          ++spins;
+        bool poll_more;
+        if (timed) {
+          const auto now = base::Clock::now();
+          if (!waiting) {
+            waiting = true;
+            wait_start = now;
+          }
+          poll_more = !slept && now - wait_start < spin_budget_.budget();
+          if (!poll_more) slept = true;
+        } else {
+          poll_more = spins < spin_;
+          if (poll_more) ++spins;
+        }
+        if (poll_more) {
           if (yield_) sched_yield();
           poll_once(deadline, peer, peer, "data", &tag, /*nonblocking=*/true);  // keeps our sends moving
         } else {
           poll_once(deadline, peer, peer, "data", &tag);
         }
         continue;
+      }
+      if (waiting) {
+        if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start);
+        waiting = slept = false;
       }
       if (r == 0) {
         handle_hangup(peer);

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include "base/net.h"
 #include "chorus/store.h"
+#include "transport/spin_budget.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -32,8 +34,9 @@ struct TcpOptions {
   // Whether this host has more of the job's ranks than CPUs for them (then a wait yields the core between
   // polls); -1: the job's whole size against this machine's hardware threads.
   int oversubscribed = -1;
-  // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN); -1: 8 when
-  // oversubscribed (each yielding the core), else 64.
+  // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN), for every receive; -1:
+  // 8 when oversubscribed (each yielding the core), else 64 for a receive of more than kTimedSpinMaxBytes and,
+  // for a smaller one, polls for as long as the transport's SpinBudget (kSpinMin to kSpinMax) says.
   int spin = -1;
   // A receive of a small frame (at most a quarter of this) also reads up to this many bytes of what follows it
   // into the peer's read-ahead buffer, in the same readv, and the next receives take their bytes from there
@@ -48,6 +51,15 @@ class TcpTransport final : public Transport {
   // (2026-12-03) 2-rank tcp all_reduces of 128 KiB to 2 MiB took 0.51-0.55 times as long with reno as with
   // bbr, and small ones the same. Any process may choose reno.
   static constexpr const char* kSameHostCongestion = "reno";
+  // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
+  // these two (64 polls took about 40 us on the test host; a halted virtual CPU took up to 160 us to wake).
+  static constexpr size_t kTimedSpinMaxBytes = 64 << 10;
+  static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(40);
+  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(320);
+  // The current budget of small receives' polling (kSpinMin until a wait teaches otherwise); 0 where it is off.
+  std::chrono::nanoseconds spin_budget() const {
+    return timed_spin_ ? spin_budget_.budget() : std::chrono::nanoseconds(0);
+  }
   // The congestion control of the connection to `peer` ("" for this rank or when it cannot be read).
   std::string congestion_control(int peer) const;
   // Congestion control, spin and read-ahead in force, e.g. "tcp: reno on the 1 connection within this host
@@ -140,7 +152,7 @@ class TcpTransport final : public Transport {
   [[noreturn]] void throw_peer_error(int peer, const char* context);
   void set_interest(int peer, uint32_t bits, bool on);
   void check_usable();
-  void set_oversubscribed(bool yes);  // chooses yield_ and spin_ (below)
+  void set_oversubscribed(bool yes);  // chooses yield_, spin_ and timed_spin_ (below)
   // Applies TcpOptions::congestion to the connection `fd` to `peer`; counts same-host connections given reno.
   static void set_congestion(int fd, const std::string& choice, int rank, int peer, int* same_host);
 
@@ -150,6 +162,12 @@ class TcpTransport final : public Transport {
   // ranks than cores each poll yields the core instead (and polls fewer times).
   int spin_ = 0;
   bool yield_ = false;
+  // Without oversubscription and without CHORUS_TCP_SPIN, a receive of at most kTimedSpinMaxBytes polls for
+  // spin_budget_'s time instead of spin_ times (transport/spin_budget.h). Larger receives keep the count: for
+  // them polling longer made 256 KiB-4 MiB broadcasts slower (docs/performance.md), the readv polls taking the
+  // socket's lock from the sender's delivery of the next segment.
+  bool timed_spin_ = false;
+  SpinBudget spin_budget_{kSpinMin, kSpinMax};
   size_t read_ahead_bytes_ = 0;
   std::string congestion_;  // TcpOptions::congestion
   int same_host_reno_ = 0;  // connections within this host given kSameHostCongestion ("auto")

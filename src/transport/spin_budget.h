@@ -1,0 +1,48 @@
+// How long a waiting receive polls before it sleeps, adapted to the waits it has seen.
+//
+// Polling costs the core; sleeping costs a wake-up, which on a virtual machine whose idle CPUs halt at once (the
+// guest's haltpoll governor with guest_halt_poll_ns=0, as on the test host) can be slow: in the 2-rank tcp
+// all_gather rows of 8 B-1 KiB that took 20-70 us per call instead of 7 (a trace, 2026-12-06), every other
+// call of each rank took 134-160 us, the ranks in turn. Two ranks that exchange small messages lock into that
+// chain: one sleeps and wakes late, so the other's poll (64 polls, about 40 us) runs out and it sleeps too,
+// call after call, for a whole benchmark row. A fixed poll count either leaves the chain alone (too short) or
+// burns a core on every long wait (too long). So, as the kernel's haltpoll governor does for
+// idle CPUs: a wait that had to sleep but got its data within `max` of its start would have been spared the
+// sleep by a longer poll, so the budget doubles (up to `max`); a wait that slept far longer than `max` (more
+// than kShrinkFactor times it) was for a peer that was busy, where polling only burns the core, so the budget
+// halves (down to `min`). Waits in between leave it as it is.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+
+namespace chorus::transport {
+
+class SpinBudget {
+ public:
+  static constexpr int kShrinkFactor = 4;
+
+  SpinBudget(std::chrono::nanoseconds min, std::chrono::nanoseconds max)
+      : min_(min), max_(std::max(min, max)), budget_(min) {}
+
+  std::chrono::nanoseconds budget() const { return budget_; }
+  std::chrono::nanoseconds min() const { return min_; }
+  std::chrono::nanoseconds max() const { return max_; }
+
+  // After a wait that polled for the whole budget and then slept: `waited` from its first empty poll until its
+  // data came.
+  void after_sleep(std::chrono::nanoseconds waited) {
+    if (waited <= max_) {
+      budget_ = std::min(max_, budget_ * 2);
+    } else if (waited > max_ * kShrinkFactor) {
+      budget_ = std::max(min_, budget_ / 2);
+    }
+  }
+
+ private:
+  std::chrono::nanoseconds min_;
+  std::chrono::nanoseconds max_;
+  std::chrono::nanoseconds budget_;
+};
+
+}  // namespace chorus::transport
