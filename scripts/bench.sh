@@ -80,6 +80,11 @@ stolen_since() {
 }
 # Five samples of the cache-line round trip between CPUs 0 and 1, 100 ms apart (about half a second).
 cacheline() { build/bin/cacheline_pingpong -q -s 5 -i 100 -n 10000 2>&1 || true; }
+# How idle CPUs wait (chorus::idle_cpus_description in words; 0 ns: they halt at once and wake late).
+idle_cpus() {
+  local g=/sys/devices/system/cpu/cpuidle/current_governor_ro p=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+  echo "idle CPUs: cpuidle governor $(cat $g 2>/dev/null || echo unknown)${p:+$([[ -r $p ]] && echo ", guest_halt_poll_ns=$(cat $p)")}"
+}
 
 if [[ $PROBES == 1 ]]; then
   echo "== memory bandwidth"
@@ -144,6 +149,7 @@ compare() {
   echo "# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: $(stolen_since "$ticks")" | tee -a "$f"
   echo "# cache-line round trip before: $before" | tee -a "$f"
   echo "# cache-line round trip after: $(cacheline)" | tee -a "$f"
+  echo "# $(idle_cpus)" | tee -a "$f"
   # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
   pkill -f mpi_coll_mpich 2>/dev/null || true
 }

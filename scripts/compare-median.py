@@ -35,7 +35,7 @@ def main():
                 if not impl.startswith("chorus") and s in rows and rows[s][0] > 0:
                     per_peer[impl][s].append(c / rows[s][0])
         lines = open(path).read().splitlines()
-        keep = [ln for ln in lines if ln.startswith("# CPU time stolen") or ln.startswith("# cache-line")]
+        keep = [ln for ln in lines if ln.startswith(("# CPU time stolen", "# cache-line", "# idle CPUs"))]
         notes.append((path, lines[0] if lines else "", len(ratios), keep))
     print(f"Median over {len(files)} runs of compare.sh (ratio = chorus / best peer, below 1 Chorus is faster).")
     print()

@@ -27,6 +27,8 @@ def write_run(path, times, note):
         write_tables(f, "allreduce", 2, "chorus-shm", PEERS, SIZES, times)
         f.write("# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: 0.0% of 9 ticks\n")
         f.write("# cache-line round trip before: cpus 0,1: round trip min 50 ns\n")
+        f.write("# idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=0\n")
+        f.write("# some other comment the notes leave out\n")
 
 
 class CompareMedianTest(unittest.TestCase):
@@ -71,6 +73,8 @@ class CompareMedianTest(unittest.TestCase):
                 self.assertIn(f"run.{i + 1}.txt (4 sizes): run {i + 1} ../shared/peers/compare.sh", out)
             self.assertEqual(out.count("CPU time stolen"), 5)
             self.assertEqual(out.count("cache-line round trip before"), 5)
+            self.assertEqual(out.count("idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=0"), 5)
+            self.assertNotIn("some other comment", out)
 
     def test_no_files_is_a_usage_error(self):
         r = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)

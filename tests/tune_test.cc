@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 
@@ -933,6 +934,40 @@ TEST(HostCpuTime, ReadsProcStatAndTheStolenShareIsTheStolenPartOfTheTicksBetween
   EXPECT_LT(stolen_share(HostCpuTime{1000, 10}, HostCpuTime{900, 10}), 0.0);   // not in order
   EXPECT_LT(stolen_share(std::nullopt, HostCpuTime{1000, 10}), 0.0);           // unknown
   EXPECT_LT(stolen_share(HostCpuTime{1000, 10}, std::nullopt), 0.0);
+}
+
+// The idle CPUs' description, from a made-up sysfs tree: nothing, another governor, haltpoll with and without
+// polling, an unreadable poll time, and the older file name; then this host's, against its own sysfs.
+TEST(HostIdleCpus, DescriptionFollowsTheGovernorAndTheHaltPollTime) {
+  const std::string root = ::testing::TempDir() + "chorus-idle-" + std::to_string(::getpid());
+  const std::string cpuidle = root + "/devices/system/cpu/cpuidle";
+  const std::string haltpoll = root + "/module/haltpoll/parameters";
+  std::filesystem::remove_all(root);
+  EXPECT_EQ(idle_cpus_description(root), "");
+  std::filesystem::create_directories(cpuidle);
+  std::filesystem::create_directories(haltpoll);
+  std::ofstream(cpuidle + "/current_governor") << "menu\n";
+  EXPECT_EQ(idle_cpus_description(root), "idle CPUs: cpuidle governor menu");
+  std::ofstream(cpuidle + "/current_governor_ro") << "haltpoll\n";  // the _ro file comes first
+  // No poll time readable yet: the governor alone.
+  EXPECT_EQ(idle_cpus_description(root), "idle CPUs: cpuidle governor haltpoll");
+  std::ofstream(haltpoll + "/guest_halt_poll_ns") << "0\n";
+  EXPECT_EQ(idle_cpus_description(root),
+            "idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=0: an idle CPU halts at once, and a rank that "
+            "sleeps in a wait may wake 100+ us late");
+  std::ofstream(haltpoll + "/guest_halt_poll_ns") << "200000\n";
+  EXPECT_EQ(idle_cpus_description(root),
+            "idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=200000: an idle CPU polls up to 200 us before "
+            "it halts");
+  std::ofstream(haltpoll + "/guest_halt_poll_ns") << "lots\n";
+  EXPECT_EQ(idle_cpus_description(root), "idle CPUs: cpuidle governor haltpoll");
+  std::filesystem::remove_all(root);
+
+  std::ifstream governor("/sys/devices/system/cpu/cpuidle/current_governor_ro");
+  std::string g;
+  if (std::getline(governor, g) && !g.empty()) {
+    EXPECT_EQ(idle_cpus_description().rfind("idle CPUs: cpuidle governor " + g, 0), 0u) << idle_cpus_description();
+  }
 }
 
 TEST(Calibration, NeedsTwoRanks) {

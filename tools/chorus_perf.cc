@@ -1518,6 +1518,7 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
                                          : "");
   }
   if (const std::string s = comm.transport_settings(); !s.empty()) fmt::print("# {}\n", s);
+  if (const std::string s = chorus::idle_cpus_description(); !s.empty()) fmt::print("# {}\n", s);
   fmt::print("#\n");
   if (!bench.compared().empty()) {
     std::string names;

@@ -73,6 +73,14 @@ CHORUS_API std::optional<HostCpuTime> host_cpu_time() noexcept;
 CHORUS_API double stolen_share(const std::optional<HostCpuTime>& before,
                                const std::optional<HostCpuTime>& after) noexcept;
 
+// How this host's idle CPUs wait for work, in words, for benchmark headers and bug reports, from sysfs: the
+// cpuidle governor and, under the haltpoll governor (KVM guests), how long an idle CPU polls before it halts
+// (guest_halt_poll_ns). Where that is 0, an idle CPU halts at once, and a rank that sleeps in a wait can wake a
+// hundred microseconds or more late (on the project's test host, 2026-12-06: tcp rows of 7 us calls that took
+// 20-70 us; the tcp transport's small receives poll for an adaptive time because of it, docs/design.md). Empty
+// where sysfs says nothing. `sys_root`: where sysfs is mounted (tests give a directory of their own).
+CHORUS_API std::string idle_cpus_description(const std::string& sys_root = "/sys");
+
 // Adds the figures to the tuning file at `path` (creating it), replacing an entry for the same transport and
 // world size. The file is what CHORUS_TUNING_FILE loads.
 CHORUS_API void update_tuning_file(const std::string& path, const LinkFigures& figures);

@@ -17,6 +17,7 @@
 
 #include "base/cpu.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/logging.h"
 #include "chorus/tuning.h"
 #include "algo/registry.h"
@@ -306,6 +307,27 @@ double stolen_share(const std::optional<HostCpuTime>& before, const std::optiona
   }
   return static_cast<double>(after->stolen_ticks - before->stolen_ticks) /
          static_cast<double>(after->total_ticks - before->total_ticks);
+}
+
+std::string idle_cpus_description(const std::string& sys_root) {
+  std::string governor = base::read_first_line((sys_root + "/devices/system/cpu/cpuidle/current_governor_ro").c_str());
+  if (governor.empty()) {
+    governor = base::read_first_line((sys_root + "/devices/system/cpu/cpuidle/current_governor").c_str());
+  }
+  if (governor.empty()) return "";
+  std::string out = "idle CPUs: cpuidle governor " + governor;
+  if (governor != "haltpoll") return out;
+  const std::string ns = base::read_first_line((sys_root + "/module/haltpoll/parameters/guest_halt_poll_ns").c_str());
+  char* end = nullptr;
+  const unsigned long long poll_ns = std::strtoull(ns.c_str(), &end, 10);
+  if (ns.empty() || end == ns.c_str() || *end != '\0') return out;
+  if (poll_ns == 0) {
+    return out +
+           ", guest_halt_poll_ns=0: an idle CPU halts at once, and a rank that sleeps in a wait may wake "
+           "100+ us late";
+  }
+  return out + fmt::format(", guest_halt_poll_ns={}: an idle CPU polls up to {:.0f} us before it halts", poll_ns,
+                           static_cast<double>(poll_ns) / 1000.0);
 }
 
 void update_tuning_file(const std::string& path, const LinkFigures& figures) {

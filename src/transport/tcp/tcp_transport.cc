@@ -263,11 +263,11 @@ std::string TcpTransport::settings() const {
                                                                  read_ahead_bytes_, read_ahead_bytes_ / 4);
   const std::string spin =
       timed_spin_
-          ? fmt::format("a receive of up to {} KiB polls for {}-{} us (adapted to its waits), a larger one {} times, "
-                        "before it sleeps (CHORUS_TCP_SPIN unset)",
-                        kTimedSpinMaxBytes >> 10,
-                        std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
-                        std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
+          ? fmt::format(
+                "a receive of up to {} KiB polls for {}-{} us (adapted to its waits), a larger one {} times, "
+                "before it sleeps (CHORUS_TCP_SPIN unset)",
+                kTimedSpinMaxBytes >> 10, std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
+                std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
           : fmt::format("{} polls{} before a receive sleeps (CHORUS_TCP_SPIN)", spin_,
                         yield_ ? ", each yielding the core," : "");
   return fmt::format("tcp: {} (CHORUS_TCP_CONGESTION={}); {}; {} (CHORUS_TCP_READ_AHEAD)", cc, congestion_, spin,
