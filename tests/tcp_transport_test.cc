@@ -393,13 +393,14 @@ std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::
 TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
   // Without oversubscription and without CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
   // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
-  // budget grows (at least once in 40, however loaded the machine). Frames 5 ms apart then bring it back to
+  // budget grows (at least once in 40, however loaded the machine). Frames 10 ms apart then bring it back to
   // the minimum: every such wait is longer than kShrinkFactor times the maximum.
   using transport::TcpTransport;
   transport::TcpOptions o;
   o.oversubscribed = 0;
   std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
-  gaps.insert(gaps.end(), 10, std::chrono::microseconds(5000));
+  static_assert(TcpTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
+  gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
   auto budgets = budgets_after_gaps(gaps, o);
   ASSERT_EQ(budgets.size(), gaps.size() + 1);
   EXPECT_EQ(budgets.front(), TcpTransport::kSpinMin);
@@ -440,7 +441,7 @@ TEST(TcpTransport, SettingsNameTheTunablesInForce) {
       << defaults;
   EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
   if (!transport::more_ranks_than_cores(2)) {
-    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits), a larger one 64 "
+    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-1280 us (adapted to its waits), a larger one 64 "
                             "times, before it sleeps (CHORUS_TCP_SPIN unset)"),
               std::string::npos)
         << defaults;

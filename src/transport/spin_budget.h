@@ -3,7 +3,8 @@
 // Polling costs the core; sleeping costs a wake-up, which on a virtual machine whose idle CPUs halt at once (the
 // guest's haltpoll governor with guest_halt_poll_ns=0, as on the test host) can be slow: in the 2-rank tcp
 // all_gather rows of 8 B-1 KiB that took 20-70 us per call instead of 7 (a trace, 2026-12-06), every other
-// call of each rank took 134-160 us, the ranks in turn. Two ranks that exchange small messages lock into that
+// call of each rank took 134-160 us, the ranks in turn (360-390 us in the second size of full-range rows, in
+// another hour). Two ranks that exchange small messages lock into that
 // chain: one sleeps and wakes late, so the other's poll (64 polls, about 40 us) runs out and it sleeps too,
 // call after call, for a whole benchmark row. A fixed poll count either leaves the chain alone (too short) or
 // burns a core on every long wait (too long). So, as the kernel's haltpoll governor does for

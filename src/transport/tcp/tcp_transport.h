@@ -52,10 +52,12 @@ class TcpTransport final : public Transport {
   // bbr, and small ones the same. Any process may choose reno.
   static constexpr const char* kSameHostCongestion = "reno";
   // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
-  // these two (64 polls took about 40 us on the test host; a halted virtual CPU took up to 160 us to wake).
+  // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
+  // wait took 134-160 us in one hour and 360-390 us in another, docs/performance.md). The maximum is the
+  // minimum doubled five times.
   static constexpr size_t kTimedSpinMaxBytes = 64 << 10;
   static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(40);
-  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(320);
+  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(1280);
   // The current budget of small receives' polling (kSpinMin until a wait teaches otherwise); 0 where it is off.
   std::chrono::nanoseconds spin_budget() const {
     return timed_spin_ ? spin_budget_.budget() : std::chrono::nanoseconds(0);
