@@ -322,6 +322,9 @@ TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
   // give right results.
   expect_tcp_setting_refused("CHORUS_TCP_SPIN", {"-1", "100000001", "many"});
   expect_right_results_with("CHORUS_TCP_SPIN", {"0", "100000"});
+  // CHORUS_TCP_ADAPTIVE_SPIN: 0 or 1.
+  expect_tcp_setting_refused("CHORUS_TCP_ADAPTIVE_SPIN", {"2", "-1", "yes"});
+  expect_right_results_with("CHORUS_TCP_ADAPTIVE_SPIN", {"0", "1"});
 }
 
 TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {
@@ -391,13 +394,15 @@ std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::
 }
 
 TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
-  // Without oversubscription and without CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
+  // With adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1), without oversubscription and without CHORUS_TCP_SPIN, a
+  // small receive polls for its SpinBudget's time.
   // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
   // budget grows (at least once in 40, however loaded the machine). Frames 10 ms apart then bring it back to
   // the minimum: every such wait is longer than kShrinkFactor times the maximum.
   using transport::TcpTransport;
   transport::TcpOptions o;
   o.oversubscribed = 0;
+  o.adaptive_spin = true;
   std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
   static_assert(TcpTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
   gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
@@ -416,10 +421,13 @@ TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOne
   transport::TcpOptions fixed = o;
   fixed.spin = 64;
   for (auto b : budgets_after_gaps(short_gaps, fixed)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
-  // Oversubscribed: a few yielding polls, no budget.
-  transport::TcpOptions over;
+  // Oversubscribed: a few yielding polls, no budget; and without adaptive_spin (the default) none either.
+  transport::TcpOptions over = o;
   over.oversubscribed = 1;
   for (auto b : budgets_after_gaps(short_gaps, over)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  transport::TcpOptions off;
+  off.oversubscribed = 0;
+  for (auto b : budgets_after_gaps(short_gaps, off)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
 }
 
 TEST(TcpTransport, SettingsNameTheTunablesInForce) {
@@ -441,10 +449,12 @@ TEST(TcpTransport, SettingsNameTheTunablesInForce) {
       << defaults;
   EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
   if (!transport::more_ranks_than_cores(2)) {
-    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-1280 us (adapted to its waits), a larger one 64 "
-                            "times, before it sleeps (CHORUS_TCP_SPIN unset)"),
+    EXPECT_NE(defaults.find("64 polls before a receive sleeps (CHORUS_TCP_SPIN)"), std::string::npos) << defaults;
+    const std::string adaptive = settings_with({{"CHORUS_TCP_ADAPTIVE_SPIN", "1"}});
+    EXPECT_NE(adaptive.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits), a larger one 64 "
+                            "times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)"),
               std::string::npos)
-        << defaults;
+        << adaptive;
   }
   EXPECT_NE(defaults.find("read-ahead of 16384 bytes past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)"),
             std::string::npos)

@@ -241,6 +241,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   topts.auth_token = impl->config.auth_token;
   topts.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   topts.spin = impl->config.tcp_spin;
+  topts.adaptive_spin = impl->config.tcp_adaptive_spin;
   topts.read_ahead_bytes = impl->config.tcp_read_ahead_bytes;
   if (kind == TransportKind::InProc) {
     impl->transport = transport::InProcTransport::connect(st, k + "inproc", rank, size, impl->comm_tag, deadline);

@@ -188,6 +188,10 @@ Config resolve_config(const CommOptions& o) {
     if (*v < 0 || *v > 100000000) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_TCP_SPIN is out of range");
     c.tcp_spin = static_cast<int>(*v);
   }
+  if (auto v = env_int("CHORUS_TCP_ADAPTIVE_SPIN")) {
+    if (*v != 0 && *v != 1) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_TCP_ADAPTIVE_SPIN must be 0 or 1");
+    c.tcp_adaptive_spin = *v == 1;
+  }
   if (auto ms = env_int("CHORUS_MISMATCH_CHECK_MS")) {
     if (*ms < 0) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_MISMATCH_CHECK_MS must be >= 0");
     c.mismatch_check = std::chrono::milliseconds(*ms);

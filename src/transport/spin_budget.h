@@ -12,6 +12,11 @@
 // sleep by a longer poll, so the budget doubles (up to `max`); a wait that slept far longer than `max` (more
 // than kShrinkFactor times it) was for a peer that was busy, where polling only burns the core, so the budget
 // halves (down to `min`). Waits in between leave it as it is.
+//
+// The tcp transport uses it only with CHORUS_TCP_ADAPTIVE_SPIN=1: where other processes want the same cores,
+// a wait ends after the budget plus the time the peer needs to get a core, which the rule takes for a short
+// sleep, so the budget grows and each small message costs it (3-6 times slower ping-pongs beside one busy
+// loop, docs/performance.md). It has no sign of contention to tell the two apart.
 #pragma once
 
 #include <algorithm>

@@ -77,7 +77,7 @@ void TcpTransport::set_oversubscribed(bool yes) {
   // Oversubscribed: a few polls, each yielding the core, before sleeping; otherwise more, without yielding.
   yield_ = yes;
   spin_ = yes ? 8 : 64;
-  timed_spin_ = !yes;
+  timed_spin_ = false;
 }
 
 std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,
@@ -86,6 +86,7 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
                                                     bool all_local, base::Deadline deadline) {
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
   if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
+  t->timed_spin_ = options.adaptive_spin && !t->yield_;
   if (options.spin >= 0) {
     t->spin_ = options.spin;
     t->timed_spin_ = false;
@@ -265,7 +266,7 @@ std::string TcpTransport::settings() const {
       timed_spin_
           ? fmt::format(
                 "a receive of up to {} KiB polls for {}-{} us (adapted to its waits), a larger one {} times, "
-                "before it sleeps (CHORUS_TCP_SPIN unset)",
+                "before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)",
                 kTimedSpinMaxBytes >> 10, std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
                 std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
           : fmt::format("{} polls{} before a receive sleeps (CHORUS_TCP_SPIN)", spin_,

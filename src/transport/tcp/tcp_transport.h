@@ -35,9 +35,14 @@ struct TcpOptions {
   // polls); -1: the job's whole size against this machine's hardware threads.
   int oversubscribed = -1;
   // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN), for every receive; -1:
-  // 8 when oversubscribed (each yielding the core), else 64 for a receive of more than kTimedSpinMaxBytes and,
-  // for a smaller one, polls for as long as the transport's SpinBudget (kSpinMin to kSpinMax) says.
+  // 8 when oversubscribed (each yielding the core), else 64.
   int spin = -1;
+  // CHORUS_TCP_ADAPTIVE_SPIN=1 (off by default): without oversubscription and without `spin`, a receive of at
+  // most kTimedSpinMaxBytes polls for as long as the transport's SpinBudget (kSpinMin to kSpinMax) says
+  // instead. It breaks the chains of sleeping waits that stall small exchanges where idle CPUs halt at once,
+  // but on a host whose CPUs other processes also want it made the small ping-pong several times slower, so it
+  // is for hosts whose cores the job has to itself (docs/performance.md).
+  bool adaptive_spin = false;
   // A receive of a small frame (at most a quarter of this) also reads up to this many bytes of what follows it
   // into the peer's read-ahead buffer, in the same readv, and the next receives take their bytes from there
   // without a syscall while it lasts (CHORUS_TCP_READ_AHEAD; 0: each receive reads only its own bytes).
@@ -54,10 +59,12 @@ class TcpTransport final : public Transport {
   // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
   // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
   // wait took 134-160 us in one hour and 360-390 us in another, docs/performance.md). The maximum is the
-  // minimum doubled five times.
+  // minimum doubled three times: 1280 us broke the longer chains too, but under CPU contention (ctest's
+  // parallel jobs) chorus-tune's tcp ping-pong measured a hop at 1.1 ms with it; 320 us came out even with it
+  // in alternating runs of the whole range.
   static constexpr size_t kTimedSpinMaxBytes = 64 << 10;
   static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(40);
-  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(1280);
+  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(320);
   // The current budget of small receives' polling (kSpinMin until a wait teaches otherwise); 0 where it is off.
   std::chrono::nanoseconds spin_budget() const {
     return timed_spin_ ? spin_budget_.budget() : std::chrono::nanoseconds(0);
@@ -164,7 +171,7 @@ class TcpTransport final : public Transport {
   // ranks than cores each poll yields the core instead (and polls fewer times).
   int spin_ = 0;
   bool yield_ = false;
-  // Without oversubscription and without CHORUS_TCP_SPIN, a receive of at most kTimedSpinMaxBytes polls for
+  // With TcpOptions::adaptive_spin, without oversubscription and without CHORUS_TCP_SPIN, a receive of at most kTimedSpinMaxBytes polls for
   // spin_budget_'s time instead of spin_ times (transport/spin_budget.h). Larger receives keep the count: for
   // them polling longer made 256 KiB-4 MiB broadcasts slower (docs/performance.md), the readv polls taking the
   // socket's lock from the sender's delivery of the next segment.
