@@ -171,10 +171,10 @@ class TcpTransport final : public Transport {
   // ranks than cores each poll yields the core instead (and polls fewer times).
   int spin_ = 0;
   bool yield_ = false;
-  // With TcpOptions::adaptive_spin, without oversubscription and without CHORUS_TCP_SPIN, a receive of at most kTimedSpinMaxBytes polls for
-  // spin_budget_'s time instead of spin_ times (transport/spin_budget.h). Larger receives keep the count: for
-  // them polling longer made 256 KiB-4 MiB broadcasts slower (docs/performance.md), the readv polls taking the
-  // socket's lock from the sender's delivery of the next segment.
+  // With TcpOptions::adaptive_spin, without oversubscription and without CHORUS_TCP_SPIN, a receive of at most
+  // kTimedSpinMaxBytes polls for spin_budget_'s time instead of spin_ times (transport/spin_budget.h). Larger
+  // receives keep the count: for them polling longer made 256 KiB-4 MiB broadcasts slower (docs/performance.md),
+  // the readv polls taking the socket's lock from the sender's delivery of the next segment.
   bool timed_spin_ = false;
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
   size_t read_ahead_bytes_ = 0;
