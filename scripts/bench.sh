@@ -83,7 +83,7 @@ cacheline() { build/bin/cacheline_pingpong -q -s 5 -i 100 -n 10000 2>&1 || true;
 # How idle CPUs wait (chorus::idle_cpus_description in words; 0 ns: they halt at once and wake late).
 idle_cpus() {
   local g=/sys/devices/system/cpu/cpuidle/current_governor_ro p=/sys/module/haltpoll/parameters/guest_halt_poll_ns
-  echo "idle CPUs: cpuidle governor $(cat $g 2>/dev/null || echo unknown)${p:+$([[ -r $p ]] && echo ", guest_halt_poll_ns=$(cat $p)")}"
+  echo "idle CPUs: cpuidle governor $(cat $g 2>/dev/null || echo unknown)$([[ -r $p ]] && echo ", guest_halt_poll_ns=$(cat $p)")"
 }
 
 if [[ $PROBES == 1 ]]; then

@@ -39,8 +39,7 @@ struct Config {
   int shm_spin = -1;
   // CHORUS_STREAM_COPY: auto (-1), 0 or 1; how a rank copies its own large blocks (algo::local_copy).
   int stream_copy = -1;
-  // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count, and
-  // timed and adapted for small receives; TcpOptions::spin).
+  // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count).
   int tcp_spin = -1;
   // CHORUS_TCP_ADAPTIVE_SPIN=1: small tcp receives poll for an adaptive time (TcpOptions::adaptive_spin).
   bool tcp_adaptive_spin = false;

@@ -77,7 +77,6 @@ void TcpTransport::set_oversubscribed(bool yes) {
   // Oversubscribed: a few polls, each yielding the core, before sleeping; otherwise more, without yielding.
   yield_ = yes;
   spin_ = yes ? 8 : 64;
-  timed_spin_ = false;
 }
 
 std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::string& key_prefix, int rank, int size,

@@ -161,7 +161,7 @@ class TcpTransport final : public Transport {
   [[noreturn]] void throw_peer_error(int peer, const char* context);
   void set_interest(int peer, uint32_t bits, bool on);
   void check_usable();
-  void set_oversubscribed(bool yes);  // chooses yield_, spin_ and timed_spin_ (below)
+  void set_oversubscribed(bool yes);  // chooses yield_ and spin_ (below)
   // Applies TcpOptions::congestion to the connection `fd` to `peer`; counts same-host connections given reno.
   static void set_congestion(int fd, const std::string& choice, int rank, int peer, int* same_host);
 
