@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -354,6 +357,14 @@ TEST(SpinBudget, DoublesAfterShortSleepsHalvesAfterLongOnesAndStaysInItsBounds) 
   EXPECT_EQ(b.budget(), microseconds(160));
   for (int i = 0; i < 10; ++i) b.after_sleep(std::chrono::milliseconds(50));
   EXPECT_EQ(b.budget(), microseconds(40));
+  // A wait that went to sleep while other work wanted the cores counts as a long one, however soon it ended:
+  // its peer may have been waiting for a core that the poll kept.
+  b.after_sleep(microseconds(100));
+  EXPECT_EQ(b.budget(), microseconds(80));
+  b.after_sleep(microseconds(100), /*contended=*/true);
+  EXPECT_EQ(b.budget(), microseconds(40));
+  b.after_sleep(microseconds(1), /*contended=*/true);
+  EXPECT_EQ(b.budget(), microseconds(40));
   // A maximum below the minimum is raised to it.
   transport::SpinBudget flat(microseconds(40), microseconds(10));
   flat.after_sleep(microseconds(5));
@@ -394,8 +405,8 @@ std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::
 }
 
 TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
-  // With adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1), without oversubscription and without CHORUS_TCP_SPIN, a
-  // small receive polls for its SpinBudget's time.
+  // With adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1, the default), without oversubscription and without
+  // CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
   // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
   // budget grows (at least once in 40, however loaded the machine). Frames 10 ms apart then bring it back to
   // the minimum: every such wait is longer than kShrinkFactor times the maximum.
@@ -403,6 +414,8 @@ TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOne
   transport::TcpOptions o;
   o.oversubscribed = 0;
   o.adaptive_spin = true;
+  // The cores to itself, whatever else runs beside the test (contended waits are the next test's).
+  o.cores_contended = []() noexcept { return false; };
   std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
   static_assert(TcpTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
   gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
@@ -421,13 +434,60 @@ TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOne
   transport::TcpOptions fixed = o;
   fixed.spin = 64;
   for (auto b : budgets_after_gaps(short_gaps, fixed)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
-  // Oversubscribed: a few yielding polls, no budget; and without adaptive_spin (the default) none either.
+  // Oversubscribed: a few yielding polls, no budget; and without adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=0) none
+  // either.
   transport::TcpOptions over = o;
   over.oversubscribed = 1;
   for (auto b : budgets_after_gaps(short_gaps, over)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
   transport::TcpOptions off;
+  EXPECT_TRUE(off.adaptive_spin);  // the default
   off.oversubscribed = 0;
+  off.adaptive_spin = false;
   for (auto b : budgets_after_gaps(short_gaps, off)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+}
+
+TEST(TcpTransport, SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores) {
+  // The same frames 100 us apart, but every wait that sleeps finds the cores contended: the budget never grows
+  // (where other processes want the cores, a longer poll only delays the peer, docs/performance.md).
+  using transport::TcpTransport;
+  transport::TcpOptions o;
+  o.oversubscribed = 0;
+  o.adaptive_spin = true;
+  static std::atomic<int> asked{0};
+  asked = 0;
+  o.cores_contended = []() noexcept {
+    asked.fetch_add(1);
+    return true;
+  };
+  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
+  for (auto b : budgets_after_gaps(gaps, o)) EXPECT_EQ(b, TcpTransport::kSpinMin);
+  // Asked only by waits that slept: at least one of 40 (each gap outlasts the 40 us poll), at most one each.
+  EXPECT_GE(asked.load(), 1);
+  EXPECT_LE(asked.load(), 40);
+}
+
+TEST(CoresContended, ReadsTrueWhileMoreThreadsSpinThanTheHostHasCpus) {
+  // transport::cores_contended() reads /proc/loadavg's count of runnable tasks. With a busy thread per online
+  // CPU and one more, the count exceeds the CPUs whatever else the host runs.
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  ASSERT_GT(cpus, 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (long i = 0; i <= cpus; ++i) {
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  bool seen = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!seen && std::chrono::steady_clock::now() < until) {
+    seen = transport::cores_contended();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  EXPECT_TRUE(seen);
 }
 
 TEST(TcpTransport, SettingsNameTheTunablesInForce) {
@@ -449,12 +509,12 @@ TEST(TcpTransport, SettingsNameTheTunablesInForce) {
       << defaults;
   EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
   if (!transport::more_ranks_than_cores(2)) {
-    EXPECT_NE(defaults.find("64 polls before a receive sleeps (CHORUS_TCP_SPIN)"), std::string::npos) << defaults;
-    const std::string adaptive = settings_with({{"CHORUS_TCP_ADAPTIVE_SPIN", "1"}});
-    EXPECT_NE(adaptive.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits), a larger one 64 "
-                            "times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)"),
+    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits and to contention "
+                            "for the CPUs), a larger one 64 times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)"),
               std::string::npos)
-        << adaptive;
+        << defaults;
+    const std::string fixed = settings_with({{"CHORUS_TCP_ADAPTIVE_SPIN", "0"}});
+    EXPECT_NE(fixed.find("64 polls before a receive sleeps (CHORUS_TCP_SPIN)"), std::string::npos) << fixed;
   }
   EXPECT_NE(defaults.find("read-ahead of 16384 bytes past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)"),
             std::string::npos)

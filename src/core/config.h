@@ -41,8 +41,9 @@ struct Config {
   int stream_copy = -1;
   // CHORUS_TCP_SPIN: polls of an empty socket before a tcp receive sleeps (-1: chosen from the core count).
   int tcp_spin = -1;
-  // CHORUS_TCP_ADAPTIVE_SPIN=1: small tcp receives poll for an adaptive time (TcpOptions::adaptive_spin).
-  bool tcp_adaptive_spin = false;
+  // CHORUS_TCP_ADAPTIVE_SPIN (1, the default; 0: off): small tcp receives poll for an adaptive time
+  // (TcpOptions::adaptive_spin).
+  bool tcp_adaptive_spin = true;
   // CHORUS_TCP_READ_AHEAD: bytes a tcp receive of a small frame may read past it in the same syscall (0: none).
   size_t tcp_read_ahead_bytes = 16 << 10;
   // CHORUS_MISMATCH_CHECK_MS: how long a collective waits before the ranks compare what they are doing

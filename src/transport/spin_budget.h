@@ -13,10 +13,10 @@
 // than kShrinkFactor times it) was for a peer that was busy, where polling only burns the core, so the budget
 // halves (down to `min`). Waits in between leave it as it is.
 //
-// The tcp transport uses it only with CHORUS_TCP_ADAPTIVE_SPIN=1: where other processes want the same cores,
-// a wait ends after the budget plus the time the peer needs to get a core, which the rule takes for a short
-// sleep, so the budget grows and each small message costs it (3-6 times slower ping-pongs beside one busy
-// loop, docs/performance.md). It has no sign of contention to tell the two apart.
+// Where other processes want the same cores, a wait ends after the budget plus the time the peer needs to get
+// a core, which looks like a short sleep, and a budget grown on it only delays the peer (3-6 times slower
+// ping-pongs beside one busy loop, docs/performance.md). So the caller also says whether the host's CPUs were
+// contended when the wait went to sleep (transport::cores_contended()), and such a wait counts as a long one.
 #pragma once
 
 #include <algorithm>
@@ -36,12 +36,14 @@ class SpinBudget {
   std::chrono::nanoseconds max() const { return max_; }
 
   // After a wait that polled for the whole budget and then slept: `waited` from its first empty poll until its
-  // data came.
-  void after_sleep(std::chrono::nanoseconds waited) {
-    if (waited <= max_) {
-      budget_ = std::min(max_, budget_ * 2);
-    } else if (waited > max_ * kShrinkFactor) {
+  // data came; `contended`: when it went to sleep, more tasks wanted the host's CPUs than it has
+  // (cores_contended(), transport.h), so its peer may have been waiting for a core, and polling kept one from it.
+  // Such a wait counts as a long one, however soon its data came.
+  void after_sleep(std::chrono::nanoseconds waited, bool contended = false) {
+    if (contended || waited > max_ * kShrinkFactor) {
       budget_ = std::max(min_, budget_ / 2);
+    } else if (waited <= max_) {
+      budget_ = std::min(max_, budget_ * 2);
     }
   }
 

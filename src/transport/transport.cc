@@ -1,6 +1,11 @@
 #include "transport/transport.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -80,6 +85,27 @@ void Transport::sever(int peer) {
 bool more_ranks_than_cores(int ranks) noexcept {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return ranks > 0 && static_cast<unsigned>(ranks) > cores;
+}
+
+bool cores_contended() noexcept {
+  // Opened once and read with pread at offset 0, which makes the kernel format the file afresh.
+  static const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  static const long online = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  if (fd < 0) return false;
+  char buf[128];
+  const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // "0.52 0.58 0.59 3/467 12345": the fourth field's numerator.
+  const char* p = buf;
+  for (int field = 0; field < 3 && p != nullptr; ++field) {
+    p = std::strchr(p, ' ');
+    if (p != nullptr) ++p;
+  }
+  if (p == nullptr) return false;
+  long running = 0;
+  if (std::from_chars(p, buf + n, running).ec != std::errc()) return false;
+  return running > online;
 }
 
 namespace {

@@ -69,6 +69,11 @@ struct SenderWork {
 // (most likely to the rank it waits for) rather than spin on it.
 bool more_ranks_than_cores(int ranks) noexcept;
 
+// True when more tasks are runnable on this host at this moment than it has CPUs online (the running count of
+// /proc/loadavg, which counts the caller): other work then waits for a core, and a thread that polls keeps one
+// from it. False where the count cannot be read. About a microsecond: for waits about to sleep, not hot paths.
+bool cores_contended() noexcept;
+
 // Marks the calling thread as one that runs operations in the background (core's progress engine) while the
 // caller's own thread goes on computing. A wait there keeps its polling short: a long poll would take the core
 // from that computation (the tcp transport's timed poll of small receives, tcp_transport.h, is off there).

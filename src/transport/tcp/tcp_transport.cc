@@ -86,6 +86,7 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size, comm_tag));
   if (options.oversubscribed >= 0) t->set_oversubscribed(options.oversubscribed > 0);
   t->timed_spin_ = options.adaptive_spin && !t->yield_;
+  if (options.cores_contended != nullptr) t->cores_contended_ = options.cores_contended;
   if (options.spin >= 0) {
     t->spin_ = options.spin;
     t->timed_spin_ = false;
@@ -264,8 +265,8 @@ std::string TcpTransport::settings() const {
   const std::string spin =
       timed_spin_
           ? fmt::format(
-                "a receive of up to {} KiB polls for {}-{} us (adapted to its waits), a larger one {} times, "
-                "before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)",
+                "a receive of up to {} KiB polls for {}-{} us (adapted to its waits and to contention for the "
+                "CPUs), a larger one {} times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)",
                 kTimedSpinMaxBytes >> 10, std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
                 std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
           : fmt::format("{} polls{} before a receive sleeps (CHORUS_TCP_SPIN)", spin_,
@@ -554,7 +555,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   // A small receive's wait polls for spin_budget_'s time: from its first empty poll (wait_start) until it
   // sleeps; once it has slept, the time it took teaches the budget (transport/spin_budget.h).
   const bool timed = timed_spin_ && len <= kTimedSpinMaxBytes && !on_background_thread();
-  bool waiting = false, slept = false;
+  bool waiting = false, slept = false, contended = false;
   base::Clock::time_point wait_start{};
   while (true) {
     iovec iov[2];
@@ -572,7 +573,10 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
             wait_start = now;
           }
           poll_more = !slept && now - wait_start < spin_budget_.budget();
-          if (!poll_more) slept = true;
+          if (!poll_more && !slept) {
+            slept = true;
+            contended = cores_contended_();
+          }
         } else {
           poll_more = spins < spin_;
           if (poll_more) ++spins;
@@ -586,7 +590,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
         continue;
       }
       if (waiting) {
-        if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start);
+        if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
         waiting = slept = false;
       }
       if (r == 0) {

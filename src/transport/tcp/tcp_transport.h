@@ -37,12 +37,15 @@ struct TcpOptions {
   // Polls of an empty socket before a receive sleeps in epoll_wait (CHORUS_TCP_SPIN), for every receive; -1:
   // 8 when oversubscribed (each yielding the core), else 64.
   int spin = -1;
-  // CHORUS_TCP_ADAPTIVE_SPIN=1 (off by default): without oversubscription and without `spin`, a receive of at
-  // most kTimedSpinMaxBytes polls for as long as the transport's SpinBudget (kSpinMin to kSpinMax) says
-  // instead. It breaks the chains of sleeping waits that stall small exchanges where idle CPUs halt at once,
-  // but on a host whose CPUs other processes also want it made the small ping-pong several times slower, so it
-  // is for hosts whose cores the job has to itself (docs/performance.md).
-  bool adaptive_spin = false;
+  // CHORUS_TCP_ADAPTIVE_SPIN (on by default; 0 turns it off): without oversubscription and without `spin`, a
+  // receive of at most kTimedSpinMaxBytes polls for as long as the transport's SpinBudget (kSpinMin to
+  // kSpinMax) says instead. It breaks the chains of sleeping waits that stall small exchanges where idle CPUs
+  // halt at once; while other work wants the host's CPUs (cores_contended below) the budget shrinks instead of
+  // growing, since a longer poll would only keep a core from the peer (docs/performance.md).
+  bool adaptive_spin = true;
+  // What a timed wait asks before it sleeps: whether other work wants the host's cores, so that polling longer
+  // would keep one from it (then its budget shrinks instead of growing). Tests put their own answer here.
+  bool (*cores_contended)() noexcept = transport::cores_contended;
   // A receive of a small frame (at most a quarter of this) also reads up to this many bytes of what follows it
   // into the peer's read-ahead buffer, in the same readv, and the next receives take their bytes from there
   // without a syscall while it lasts (CHORUS_TCP_READ_AHEAD; 0: each receive reads only its own bytes).
@@ -60,8 +63,8 @@ class TcpTransport final : public Transport {
   // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
   // wait took 134-160 us in one hour and 360-390 us in another, docs/performance.md). The maximum is the
   // minimum doubled three times: 1280 us broke the longer chains too, but under CPU contention (ctest's
-  // parallel jobs) chorus-tune's tcp ping-pong measured a hop at 1.1 ms with it; 320 us came out even with it
-  // in alternating runs of the whole range.
+  // parallel jobs, before waits asked cores_contended) chorus-tune's tcp ping-pong measured a hop at 1.1 ms
+  // with it; 320 us came out even with it in alternating runs of the whole range.
   static constexpr size_t kTimedSpinMaxBytes = 64 << 10;
   static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(40);
   static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(320);
@@ -177,6 +180,7 @@ class TcpTransport final : public Transport {
   // the readv polls taking the socket's lock from the sender's delivery of the next segment.
   bool timed_spin_ = false;
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
+  bool (*cores_contended_)() noexcept = transport::cores_contended;  // TcpOptions::cores_contended
   size_t read_ahead_bytes_ = 0;
   std::string congestion_;  // TcpOptions::congestion
   int same_host_reno_ = 0;  // connections within this host given kSameHostCongestion ("auto")
