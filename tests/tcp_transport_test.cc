@@ -5,7 +5,6 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
