@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -231,6 +232,44 @@ TEST(ChorusRun, ExtraEnvironmentAndNoPrefix) {
   Result r = run({"-x", "FOO=bar", "--env", "EQ=a=b", "--no-prefix", "-n", "2", "sh", "-c", "echo \"$FOO $EQ\""});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_EQ(r.out, "bar a=b\nbar a=b\n");
+}
+
+TEST(ChorusRun, BindCorePutsEachLocalRankOnOneCpuOfItsOwn) {
+  // --bind core: local rank i runs on the i-th CPU that chorus-run may use, wrapping around; without it every
+  // rank may run on all of them (as the launcher may: it inherits this test's affinity).
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof mine, &mine), 0);
+  std::vector<int> allowed;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mine)) allowed.push_back(cpu);
+  ASSERT_FALSE(allowed.empty());
+  const char* kShowCpus = "grep Cpus_allowed_list /proc/self/status | cut -f2";
+  const int n = static_cast<int>(allowed.size()) + 1;  // one more rank than CPUs: the last wraps to the first
+  Result r = run({"-n", std::to_string(n), "--bind", "core", "--", "sh", "-c", kShowCpus});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  std::vector<std::string> expected;
+  for (int rank = 0; rank < n; ++rank) {
+    expected.push_back("[" + std::to_string(rank) + "] " +
+                       std::to_string(allowed[static_cast<size_t>(rank) % allowed.size()]));
+  }
+  EXPECT_THAT(lines_of(r.out), testing::UnorderedElementsAreArray(expected));
+
+  std::string own;
+  {
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) own = line.substr(line.find('\t') + 1);
+  }
+  ASSERT_FALSE(own.empty());
+  r = run({"-n", "2", "--", "sh", "-c", kShowCpus});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_THAT(lines_of(r.out), testing::UnorderedElementsAre("[0] " + own, "[1] " + own));
+
+  // Bound ranks still form a communicator and get right results (the library counts the CPUs of the host's
+  // ranks together: two ranks on two CPUs are not oversubscribed, three on two are).
+  r = run({"-n", "2", "--bind", "core", "--", CHORUS_BIN_DIR "/chorus-perf", "allreduce", "-b", "8", "-e", "4096",
+           "-n", "3", "-w", "1", "-c", "1"});
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
 }
 
 TEST(ChorusRun, ProgramArgumentsBelongToTheProgram) {
@@ -490,7 +529,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadUsage{"StoreAddrAndStorePort", {"-n", "1", "--store-addr", "h:1", "--store-port", "5", "true"}, "excludes"},
         BadUsage{"EnvWithoutValue", {"-n", "1", "-x", "FOO", "true"}, "is not KEY=VALUE"},
         BadUsage{"EnvOverridingLauncherVariable", {"-n", "1", "-x", "CHORUS_RANK=7", "true"}, "cannot set CHORUS_RANK"},
-        BadUsage{"ZeroTimeout", {"-n", "1", "--timeout", "0", "true"}, "must be greater than 0"}),
+        BadUsage{"ZeroTimeout", {"-n", "1", "--timeout", "0", "true"}, "must be greater than 0"},
+        BadUsage{"UnknownBinding", {"-n", "1", "--bind", "socket", "true"}, "socket not in {none,core}"}),
     [](const ::testing::TestParamInfo<BadUsage>& info) { return info.param.name; });
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
@@ -155,6 +156,7 @@ struct Options {
   double timeout_s = 0;  // 0: none
   int64_t grace_ms = 1000;
   double store_linger_s = 300;  // how long a hosted store waits for other hosts' ranks after ours ended
+  std::string bind = "none";    // "core": each local rank on one CPU of the launcher's own (--bind)
   std::vector<std::string> command;
 };
 
@@ -198,6 +200,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
           "POSITIVE"));
   app.add_option("--grace-ms", o.grace_ms, "Milliseconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(at_least(0, "NONNEGATIVE"))
+      ->capture_default_str();
+  app.add_option("--bind", o.bind,
+                 "none: the ranks run wherever the scheduler puts them; core: local rank i runs on the i-th of "
+                 "the CPUs chorus-run may use (wrapping around when there are more ranks), so that no two share "
+                 "a CPU while there are enough, not even beside other busy processes")
+      ->check(CLI::IsMember({"none", "core"}))
       ->capture_default_str();
   app.add_option("--store-linger", o.store_linger_s,
                  "With other hosts in the job: after this host's ranks ended, keep the hosted store up until the "
@@ -377,10 +385,11 @@ struct ChildSetup {
   char** argv;
   char** envp;
   int stdin_fd, stdout_fd, stderr_fd;
-  int report_fd;  // receives errno if exec fails; close-on-exec, so EOF means exec succeeded
+  int report_fd;  // receives errno if exec fails (-errno if --bind does); close-on-exec: EOF means exec succeeded
   pid_t launcher;
   const sigset_t* signal_mask;
   const struct sigaction* sigpipe_action;
+  const cpu_set_t* cpus;  // the rank's CPUs (--bind core), or nullptr
 };
 
 [[noreturn]] void exec_child(const ChildSetup& s) {
@@ -390,6 +399,11 @@ struct ChildSetup {
   if (::getppid() != s.launcher) ::_exit(kLauncherError);
   ::sigaction(SIGPIPE, s.sigpipe_action, nullptr);
   ::sigprocmask(SIG_SETMASK, s.signal_mask, nullptr);
+  if (s.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), s.cpus) != 0) {
+    int error = -errno;  // negative: the binding failed, not the exec
+    [[maybe_unused]] ssize_t ignored = ::write(s.report_fd, &error, sizeof error);
+    ::_exit(kExecFailedStatus);
+  }
   ::dup2(s.stdin_fd, STDIN_FILENO);
   ::dup2(s.stdout_fd, STDOUT_FILENO);
   ::dup2(s.stderr_fd, STDERR_FILENO);
@@ -476,6 +490,22 @@ class Job {
     return env;
   }
 
+  // With --bind core: the one CPU of local rank `local`, the local-th (modulo their number) of the CPUs this
+  // launcher may run on. False without --bind core, or where the launcher's own CPUs cannot be read.
+  bool bound_cpus(int local, cpu_set_t* set) const {
+    if (o_.bind != "core") return false;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return false;
+    std::vector<int> allowed;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &mine)) allowed.push_back(cpu);
+    if (allowed.empty()) return false;
+    CPU_ZERO(set);
+    CPU_SET(allowed[static_cast<size_t>(local) % allowed.size()], set);
+    return true;
+  }
+
   // Starts one rank. Returns false if it could not be started (reported; the job is being stopped).
   bool launch(Rank& r, std::vector<std::string> env, std::vector<char*>& argv, int devnull) {
     env.push_back(fmt::format("CHORUS_RANK={}", r.rank));
@@ -498,8 +528,10 @@ class Job {
       close_all();
       return launch_failed(r, fmt::format("pipe: {}", std::strerror(error)));
     }
-    ChildSetup setup{argv.data(), envp.data(), devnull,      out[1],         err[1],
-                     report[1],   ::getpid(),  &child_mask_, &child_sigpipe_};
+    cpu_set_t cpus;
+    const bool bind = bound_cpus(r.local_rank, &cpus);
+    ChildSetup setup{argv.data(), envp.data(), devnull,        out[1],          err[1],
+                     report[1],   ::getpid(),  &child_mask_,   &child_sigpipe_, bind ? &cpus : nullptr};
     pid_t pid = ::fork();
     if (pid < 0) {
       int error = errno;
@@ -530,7 +562,11 @@ class Job {
     if (n != static_cast<ssize_t>(sizeof exec_errno)) return true;
 
     r.exec_failed = true;
-    note("cannot execute '{}': {}", o_.command.front(), std::strerror(exec_errno));
+    if (exec_errno < 0) {
+      note("cannot bind rank {} to its CPU (--bind core): {}", r.rank, std::strerror(-exec_errno));
+    } else {
+      note("cannot execute '{}': {}", o_.command.front(), std::strerror(exec_errno));
+    }
     exit_code_ = kExecFailedStatus;
     stop(SIGTERM);
     return false;
