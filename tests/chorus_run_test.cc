@@ -267,8 +267,8 @@ TEST(ChorusRun, BindCorePutsEachLocalRankOnOneCpuOfItsOwn) {
 
   // Bound ranks still form a communicator and get right results (the library counts the CPUs of the host's
   // ranks together: two ranks on two CPUs are not oversubscribed, three on two are).
-  r = run({"-n", "2", "--bind", "core", "--", CHORUS_BIN_DIR "/chorus-perf", "allreduce", "-b", "8", "-e", "4096",
-           "-n", "3", "-w", "1", "-c", "1"});
+  r = run({"-n", "2", "--bind", "core", "--", CHORUS_BIN_DIR "/chorus-perf", "allreduce", "-b", "8", "-e", "4096", "-n",
+           "3", "-w", "1", "-c", "1"});
   ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
 }
 

@@ -530,8 +530,8 @@ class Job {
     }
     cpu_set_t cpus;
     const bool bind = bound_cpus(r.local_rank, &cpus);
-    ChildSetup setup{argv.data(), envp.data(), devnull,        out[1],          err[1],
-                     report[1],   ::getpid(),  &child_mask_,   &child_sigpipe_, bind ? &cpus : nullptr};
+    ChildSetup setup{argv.data(), envp.data(), devnull,      out[1],          err[1],
+                     report[1],   ::getpid(),  &child_mask_, &child_sigpipe_, bind ? &cpus : nullptr};
     pid_t pid = ::fork();
     if (pid < 0) {
       int error = errno;
