@@ -204,7 +204,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--bind", o.bind,
                  "none: the ranks run wherever the scheduler puts them; core: local rank i runs on the i-th of "
                  "the CPUs chorus-run may use (wrapping around when there are more ranks), so that no two share "
-                 "a CPU while there are enough, not even beside other busy processes")
+                 "a CPU while there are enough (README: what it does beside other busy processes)")
       ->check(CLI::IsMember({"none", "core"}))
       ->capture_default_str();
   app.add_option("--store-linger", o.store_linger_s,
