@@ -139,8 +139,10 @@ trap 'kill $WATCHDOG 2>/dev/null; rm -f "$PERF_WRAPPER"' EXIT
 # One comparison: compare.sh for (coll $1, ranks $2, transport $3) into file $4, with the stolen CPU time and
 # the cache-line probes around it.
 compare() {
-  local c=$1 n=$2 t=$3 f=$4 ticks before
+  local c=$1 n=$2 t=$3 f=$4 ticks before others
   echo "== $c, $n ranks, $t -> $f"
+  others=$(python3 scripts/other-runnable.py)
+  [[ $others == 0 ]] || echo "bench.sh: warning: $others other task(s) runnable before this comparison; its times will suffer" >&2
   ticks=$(cpu_ticks)
   before=$(cacheline)
   { echo "# $(date -u) ../shared/peers/compare.sh -n $n -t $t -c $c${MIN:+ -b $MIN}${MAX:+ -e $MAX}  (chorus-perf --rotate $ROTATE -R $REGISTERED --iters-by-size --average 3; broadcast: --in-place-first)"
@@ -150,6 +152,7 @@ compare() {
   echo "# cache-line round trip before: $before" | tee -a "$f"
   echo "# cache-line round trip after: $(cacheline)" | tee -a "$f"
   echo "# $(idle_cpus)" | tee -a "$f"
+  echo "# other runnable tasks before this comparison: $others (scripts/other-runnable.py; 1 or more: something else wanted the CPUs)" | tee -a "$f"
   # MPICH over UCX tcp sometimes hangs in MPI_Finalize after printing everything (see docs/performance.md).
   pkill -f mpi_coll_mpich 2>/dev/null || true
 }

@@ -10,8 +10,8 @@ peers and Chorus one after the other, so each run's ratio is side by side; the m
 the figure to quote. Prints a Markdown table: per size, the runs, Chorus's median time, the median of each
 run's best peer time, the median ratio with its range over the runs, how many runs were at or below 1.0, and
 the peer that was best most often, and the median ratio against each peer alone (MPICH's "tcp" column is its
-shared memory inside a host, docs/performance.md); then each run's first line, its stolen CPU time and its
-cache-line probes.
+shared memory inside a host, docs/performance.md); then each run's first line, its stolen CPU time, its
+cache-line probes, how its idle CPUs wait and what else was runnable before it.
 """
 import collections
 import statistics
@@ -35,7 +35,8 @@ def main():
                 if not impl.startswith("chorus") and s in rows and rows[s][0] > 0:
                     per_peer[impl][s].append(c / rows[s][0])
         lines = open(path).read().splitlines()
-        keep = [ln for ln in lines if ln.startswith(("# CPU time stolen", "# cache-line", "# idle CPUs"))]
+        keep = [ln for ln in lines if ln.startswith(("# CPU time stolen", "# cache-line", "# idle CPUs",
+                                                     "# other runnable tasks"))]
         notes.append((path, lines[0] if lines else "", len(ratios), keep))
     print(f"Median over {len(files)} runs of compare.sh (ratio = chorus / best peer, below 1 Chorus is faster).")
     print()

@@ -28,6 +28,7 @@ def write_run(path, times, note):
         f.write("# CPU time stolen by the hypervisor (steal in /proc/stat) while this comparison ran: 0.0% of 9 ticks\n")
         f.write("# cache-line round trip before: cpus 0,1: round trip min 50 ns\n")
         f.write("# idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=0\n")
+        f.write("# other runnable tasks before this comparison: 1 (scripts/other-runnable.py)\n")
         f.write("# some other comment the notes leave out\n")
 
 
@@ -74,6 +75,7 @@ class CompareMedianTest(unittest.TestCase):
             self.assertEqual(out.count("CPU time stolen"), 5)
             self.assertEqual(out.count("cache-line round trip before"), 5)
             self.assertEqual(out.count("idle CPUs: cpuidle governor haltpoll, guest_halt_poll_ns=0"), 5)
+            self.assertEqual(out.count("other runnable tasks before this comparison: 1"), 5)
             self.assertNotIn("some other comment", out)
 
     def test_no_files_is_a_usage_error(self):
