@@ -425,6 +425,77 @@ TEST(AdaptivePath, RingAndAttachFramesInterleaveAndCarryTheSameBytes) {
   });
 }
 
+// A large frame through the ring costs the receiver's copy out plus the producer's copy in where the sender is
+// busy (both ranks of an exchange copy both ways), but only the slower of the two where the sender is idle: it
+// copies its next frame in while the receiver copies this one out. A frame that streamed was timed with both
+// copies side by side already.
+TEST(PathChoice, AnIdleSendersFrameThroughTheRingCostsTheSlowerCopy) {
+  using T = transport::ShmTransport;
+  EXPECT_EQ(T::ring_frame_cost(30, 50, T::kBusyLane, false), 80);
+  EXPECT_EQ(T::ring_frame_cost(30, 50, T::kIdleLane, false), 50);
+  EXPECT_EQ(T::ring_frame_cost(70, 50, T::kIdleLane, false), 70);
+  EXPECT_EQ(T::ring_frame_cost(90, 50, T::kBusyLane, true), 90);
+  EXPECT_EQ(T::ring_frame_cost(90, 50, T::kIdleLane, true), 90);
+}
+
+// An idle sender's large frames (an in-place broadcast's root of at least CHORUS_SHM_STREAM_IDLE_BYTES) go in a
+// lane of their own, which the receiver chooses for apart from the rest; an exchange's frames and an
+// out-of-place root's (busy copying into its own output) do not. Every byte arrives as sent whichever way.
+TEST(AdaptivePath, IdleSendersFramesGoInALaneOfTheirOwn) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv explore("CHORUS_SHM_EXPLORE_US", "0");
+  ScopedEnv algo("CHORUS_ALGO", "allgather:ring;broadcast:binomial");
+  const size_t big = (size_t{2} << 20) / sizeof(float);      // the stream-idle threshold (2 MiB)
+  const size_t block = (size_t{256} << 10) / sizeof(float);  // above the 64 KiB single-copy size
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    EXPECT_EQ(comm.adapts_single_copy(), comm.ranks_per_core() <= 1.0) << "rank " << r;
+    if (!comm.adapts_single_copy()) return;  // a one-core host: nothing adapts, so there are no lanes to keep
+    std::vector<float> a(block), b(2 * block), buf(big), out(big);
+    auto large_frames = [&] {
+      const TrafficCounters t = comm.traffic();
+      return t.ring_large_frames + t.attach_reads;
+    };
+    // Exchanges only.
+    TrafficCounters before = comm.traffic();
+    uint64_t frames_before = large_frames();
+    for (int m = 0; m < 12; ++m) {
+      for (size_t i = 0; i < block; ++i) a[i] = value(r, m, i);
+      comm.all_gather(a.data(), b.data(), block, DataType::Float32);
+      for (int q = 0; q < 2; ++q) {
+        for (size_t i = 0; i < block; ++i) ASSERT_EQ(b[static_cast<size_t>(q) * block + i], value(q, m, i));
+      }
+    }
+    EXPECT_GT(large_frames() - frames_before, 0u) << "rank " << r;
+    EXPECT_EQ(comm.traffic().idle_sender_frames, before.idle_sender_frames) << "exchanges are busy, rank " << r;
+    // In-place broadcasts from rank 0: rank 1's every large frame comes from an idle sender.
+    before = comm.traffic();
+    frames_before = large_frames();
+    for (int m = 0; m < 12; ++m) {
+      for (size_t i = 0; i < big; ++i) buf[i] = r == 0 ? value(0, m, i) : -1.0f;
+      comm.broadcast(buf.data(), buf.data(), big, DataType::Float32, 0);
+      for (size_t i = 0; i < big; ++i) ASSERT_EQ(buf[i], value(0, m, i)) << "rank " << r << ", broadcast " << m;
+    }
+    const uint64_t idle = comm.traffic().idle_sender_frames - before.idle_sender_frames;
+    if (r == 1) {
+      EXPECT_GT(idle, 0u);
+      EXPECT_EQ(idle, large_frames() - frames_before) << "every large frame of an in-place root is an idle one";
+    } else {
+      EXPECT_EQ(idle, 0u) << "the root receives none";
+    }
+    // Out of place, the root copies into its own output while the receiver reads: busy.
+    before = comm.traffic();
+    for (int m = 0; m < 4; ++m) {
+      for (size_t i = 0; i < big; ++i) buf[i] = value(1, m, i);
+      std::fill(out.begin(), out.end(), -1.0f);
+      comm.broadcast(buf.data(), out.data(), big, DataType::Float32, 1);
+      for (size_t i = 0; i < big; ++i) ASSERT_EQ(out[i], value(1, m, i)) << "rank " << r << ", broadcast " << m;
+    }
+    EXPECT_EQ(comm.traffic().idle_sender_frames, before.idle_sender_frames) << "rank " << r;
+  });
+}
+
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation
   // removes names of this pid namespace whose creator is gone, and only those.

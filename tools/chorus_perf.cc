@@ -1721,8 +1721,8 @@ int main(int argc, char** argv) {
         const chorus::TrafficCounters t = comm->traffic();
         fmt::print(
             "# shared memory, rank 0's large payloads received: {} through the rings, {} by cross-memory "
-            "attach; its choice between them changed {} times\n",
-            t.ring_large_frames, t.attach_reads, t.path_switches);
+            "attach ({} of them from idle senders, chosen apart); its choices between them changed {} times\n",
+            t.ring_large_frames, t.attach_reads, t.idle_sender_frames, t.path_switches);
       }
       stolen.print_summary();
       fmt::print("#\n");

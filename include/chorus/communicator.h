@@ -120,6 +120,10 @@ struct TrafficCounters {
   // (CHORUS_SHM_ADAPT; CHORUS_DEBUG=INFO logs each change with the timings behind it).
   uint64_t ring_large_frames = 0;
   uint64_t path_switches = 0;
+  // Shared memory only: of the large payloads above, those whose sender had nothing else to do until the send
+  // completed (an in-place broadcast's root, a reduce leaf); the receiver chooses their way apart from the rest,
+  // since through the rings such a sender copies in while the receiver copies out (CHORUS_SHM_ADAPT).
+  uint64_t idle_sender_frames = 0;
 };
 
 // What the most recent operation on a communicator did.

@@ -1291,6 +1291,7 @@ TrafficCounters Communicator::traffic() const {
   t.ring_rewinds = w.ring_rewinds;
   t.ring_large_frames = w.ring_large_frames;
   t.path_switches = w.path_switches;
+  t.idle_sender_frames = w.idle_sender_frames;
   return t;
 }
 

@@ -89,6 +89,7 @@ struct WaitCounters {
   uint64_t ring_rewinds = 0;    // times this rank's sends went back to the start of a peer's ring early
   uint64_t ring_large_frames = 0;  // frames of at least the single-copy size received through the ring
   uint64_t path_switches = 0;      // changes of this receiver's choice between ring and attach (adapt)
+  uint64_t idle_sender_frames = 0;  // large frames received (either way) from idle senders: their own lane (adapt)
 };
 
 class Transport {

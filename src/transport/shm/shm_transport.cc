@@ -43,6 +43,8 @@ constexpr size_t kPrefetchLines = 8;            // payload lines a wait for a fr
 // fewer than 8 spare bytes in its last line, the trailer takes a line of its own, which the header's reserved1
 // word announces (kTrailerLine).
 constexpr uint32_t kTrailerLine = 1;
+// FrameHeader::reserved1 bit: a large frame of the idle lane (ShmTransport::kIdleLane; adapt only).
+constexpr uint32_t kIdleSenderFrame = 2;
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
 constexpr uint64_t kProbeValue = 0x5eed5eed5eed5eedull;  // what the cross-memory and registered probes read
 constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
@@ -103,10 +105,11 @@ struct alignas(64) Ring {
   // The consumer's choice for the producer's large payloads (ShmOptions::adapt): kPathUnset (the choice made
   // at creation), kPathRing or kPathAttach, with kPathClear where the other way measured far slower (then the
   // producer tries it less often). Written on a change only; the producer reads it per large frame.
-  std::atomic<uint32_t> path;
+  // One word per lane (ShmTransport::kBusyLane, kIdleLane).
+  std::atomic<uint32_t> path[2];
   // No try of the other way before this steady_clock time (ns since its epoch): the consumer pushes it out by
-  // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%.
-  std::atomic<int64_t> hold_tries_until;
+  // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%. Per lane.
+  std::atomic<int64_t> hold_tries_until[2];
   // The producer's copy into the ring of its last large payload, per KiB, for the consumer's choice: the
   // rings cost both copies, and in some placements of the two cores the one into the ring is most of it
   // (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
@@ -498,7 +501,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   if (t->adapt_) {
     for (int q : local) {
       if (q == rank) continue;
-      t->peers_[q].path.attach = t->attach_first_;
+      for (PathChoice& c : t->peers_[q].path) c.attach = t->attach_first_;
     }
   }
 
@@ -748,6 +751,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   // the sender's copy would take a core another rank needs).
   std::optional<RegionRef> region;
   bool remote = false;
+  bool idle_lane = false;
   if (len >= options_.single_copy_bytes && (cma_ || registered_)) {
     if (registered_) region = registered_memory::find(data, len);
     // An idle sender to a reducing receiver streams at any size (the receiver then reduces straight from the
@@ -757,9 +761,12 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     // above was measured where the rings are fast, and where the cores sit far apart a reduce leaf streaming
     // to its parent took 3-4 times as long as the peers' attach (docs/performance.md, "Ring or attach, chosen
     // while running").
+    // Adapting, such a sender's frames go in the idle lane, chosen apart from the rest (kIdleLane).
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
-    remote = region.has_value() || (adapt_ ? attach_to(p) : cma_ && !stream && attach_first_);
+    idle_lane = adapt_ && stream && !region.has_value();
+    remote = region.has_value() ||
+             (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane) : cma_ && !stream && attach_first_);
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
@@ -778,10 +785,15 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
       const size_t at = static_cast<size_t>(head & (options_.ring_bytes - 1));
       if (aligned) {
         // The header never wraps: it is composed where it goes, eight stores, rather than built aside and copied.
-        encode_header(ring_data + at, FrameKind::Data, tag, len, comm_tag_, rank_,
-                      trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0);
+        encode_header(
+            ring_data + at, FrameKind::Data, tag, len, comm_tag_, rank_,
+            (trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0) | (idle_lane ? kIdleSenderFrame : 0));
       } else {
-        const FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
+        FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
+        if (idle_lane) {
+          header.reserved1 |= kIdleSenderFrame;
+          header.checksum = header_checksum(header);
+        }
         put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
       }
       const bool timed = adapt_ && len >= options_.single_copy_bytes;
@@ -804,24 +816,26 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
             p.posted, region};
   r.remote = remote;
+  if (idle_lane) r.header.reserved1 |= kIdleSenderFrame;
   if (r.remote) {
     r.header.flags |= kFlagRemote;
-    r.header.checksum = header_checksum(r.header);
     p.last_remote = p.posted + 1;
   }
+  if (idle_lane || r.remote) r.header.checksum = header_checksum(r.header);
   p.queue.push_back(r);
   SendHandle h{peer, p.posted++};
   if (p.queue.size() == 1) write_some(peer);
   return h;
 }
 
-bool ShmTransport::attach_to(Peer& p) {
-  if (p.explore_left > 0) {
-    --p.explore_left;
-    return p.explore_attach;
+bool ShmTransport::attach_to(Peer& p, int lane) {
+  Exploration& e = p.explore[lane];
+  if (e.left > 0) {
+    --e.left;
+    return e.attach;
   }
   const Ring& ring = p.segment->ring(peers_[rank_].local);
-  const uint32_t asked = ring.path.load(std::memory_order_relaxed);
+  const uint32_t asked = ring.path[lane].load(std::memory_order_relaxed);
   const bool attach = (asked & kPathWay) == kPathUnset ? attach_first_ : (asked & kPathWay) == kPathAttach;
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
@@ -831,26 +845,26 @@ bool ShmTransport::attach_to(Peer& p) {
   // in a busy channel, the interval in a long run, the hold whatever the frames' size (a clock read per large
   // frame: tens of nanoseconds against microseconds of copying). Where the receiver asks to confirm a change
   // (kPathRetry), the next try comes after kRetrySpacing frames, without waiting.
-  ++p.large_frames;
+  ++e.large_frames;
   const bool retry = (asked & kPathRetry) != 0;
-  if (p.explorations == 0) {
-    if (p.large_frames <= kWarmFrames) return attach;
+  if (e.count == 0) {
+    if (e.large_frames <= kWarmFrames) return attach;
   } else {
     const uint64_t spacing = retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
-    if (p.large_frames < p.tried_at + kExploreFrames + 1 + spacing) return attach;
+    if (e.large_frames < e.tried_at + kExploreFrames + 1 + spacing) return attach;
   }
   const auto now = std::chrono::steady_clock::now();
   if (!retry) {
-    if (now < p.explore_at) return attach;
-    const int64_t hold = ring.hold_tries_until.load(std::memory_order_relaxed);
+    if (now < e.at) return attach;
+    const int64_t hold = ring.hold_tries_until[lane].load(std::memory_order_relaxed);
     if (std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() < hold) return attach;
   }
-  const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(p.explorations, 16);
-  p.explore_at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
-  p.tried_at = p.large_frames;
-  ++p.explorations;
-  p.explore_attach = !attach;
-  p.explore_left = kExploreFrames;
+  const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(e.count, 16);
+  e.at = now + std::chrono::microseconds(std::min<uint64_t>(options_.explore_us, wait_us));
+  e.tried_at = e.large_frames;
+  ++e.count;
+  e.attach = !attach;
+  e.left = kExploreFrames;
   return !attach;
 }
 
@@ -907,16 +921,18 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
   published.store(static_cast<uint32_t>(std::min(sample + 1, 1e9)), std::memory_order_relaxed);
 }
 
-void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t len,
+void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach, size_t len,
                                std::chrono::steady_clock::duration took, bool streamed) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
-  // last bytes) adds to ours out.
-  if (!by_attach && !streamed) {
-    ns += self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) *
-          static_cast<double>(len) / 1024.0;
+  // last bytes) adds to ours out, or for an idle sender, which copies its next frame in meanwhile, the slower
+  // of the two counts (ring_frame_cost).
+  if (!by_attach) {
+    const double producer = self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) *
+                            static_cast<double>(len) / 1024.0;
+    ns = ring_frame_cost(ns, producer, lane, streamed);
   }
-  PathChoice& c = peers_[peer].path;
+  PathChoice& c = peers_[peer].path[lane];
   // The first frame after frames the other way is not timed: it finds the caches set for the other way.
   // Nor are the first kWarmFrames: the rings' lines, the pages of the user's buffers, are still cold.
   const bool transition = c.frames > 0 && c.last_attach != by_attach;
@@ -936,7 +952,7 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
     // as long (a try of 5 frames of 8 MiB that each took 2 ms more than the rings holds the next 0.5 s).
     const double chosen = c.typical(reduces, c.attach, PathChoice::kWindow) * static_cast<double>(len) / 1024.0;
     if (chosen > 0 && ns > chosen) {
-      auto& hold = self_->ring(peers_[peer].local).hold_tries_until;
+      auto& hold = self_->ring(peers_[peer].local).hold_tries_until[lane];
       const int64_t now =
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
               .count();
@@ -949,7 +965,7 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
   const uint32_t word =
       (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0) | (c.candidate ? kPathRetry : 0);
   if (word != c.published) {
-    self_->ring(peers_[peer].local).path.store(word, std::memory_order_relaxed);
+    self_->ring(peers_[peer].local).path[lane].store(word, std::memory_order_relaxed);
     c.published = word;
   }
   if (!changed) return;
@@ -962,9 +978,10 @@ void ShmTransport::timed_frame(int peer, bool reduces, bool by_attach, size_t le
                  : std::string("-");
     };
     base::log_info(
-        "rank {}: rank {}'s large payloads now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
+        "rank {}: rank {}'s large payloads{} now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
         "{}/{}){}",
-        rank_, peer, c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0), figure(0, 1), figure(1, 0),
+        rank_, peer, lane == kIdleLane ? " from an idle sender" : "",
+        c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0), figure(0, 1), figure(1, 0),
         figure(1, 1), waits_.path_switches == 16 ? "; later changes are not logged" : "");
   }
 }
@@ -1208,6 +1225,8 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   if (!header_intact(h)) check_data_frame(h, tag, len, comm_tag_, rank_, peer);  // names the corruption
   check_intact_data_frame(h, tag, len, comm_tag_, rank_, peer);
   const bool remote = (h.flags & kFlagRemote) != 0;
+  const int lane = (h.reserved1 & kIdleSenderFrame) ? kIdleLane : kBusyLane;
+  if (lane == kIdleLane) ++waits_.idle_sender_frames;
   tail += sizeof(FrameHeader);
   // Adapting (adapt_), a large frame is timed from its header on: by attach the read; through the ring our
   // copy out (plus the producer's copy in, timed_frame), or where it streamed the whole time to its end.
@@ -1250,7 +1269,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     } else {
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
-      if (timed) timed_frame(peer, reduces, true, len, std::chrono::steady_clock::now() - started, false);
+      if (timed) timed_frame(peer, lane, reduces, true, len, std::chrono::steady_clock::now() - started, false);
     }
     tail += kDescriptorBytes;
   } else {
@@ -1286,7 +1305,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     if (timed) {
       const auto wall = std::chrono::steady_clock::now() - started;
       const bool streamed = waited > std::chrono::steady_clock::duration::zero();
-      timed_frame(peer, reduces, false, len, streamed ? wall : wall - waited, streamed);
+      timed_frame(peer, lane, reduces, false, len, streamed ? wall : wall - waited, streamed);
     }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)

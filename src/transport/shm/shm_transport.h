@@ -131,6 +131,30 @@ class ShmTransport final : public Transport {
     double typical(int reduces, bool by_attach, uint32_t last) const;
   };
   static constexpr double kSwitchBelow = 0.75;
+  // Large frames come in two lanes, each with its own choice: kIdleLane for frames from a sender with nothing
+  // else to do until the send completes (SenderWork::idle, where the transport would stream without adapting:
+  // an in-place broadcast root, a reduce leaf), kBusyLane for the rest. Through the ring an idle sender copies
+  // its next frame in while the receiver copies this one out, so a frame there costs the slower of the two
+  // copies, not their sum; an exchange's ranks copy both ways themselves and pay the sum. One choice for both
+  // kept 2-rank broadcasts on attach on a host where the rings took 0.44-0.73 of its time (docs/performance.md,
+  // "Idle senders choose apart").
+  static constexpr int kBusyLane = 0, kIdleLane = 1, kLanes = 2;
+  // What a large frame through the ring cost, per KiB: the receiver's copy out (`own`), plus the producer's
+  // copy in (`producer`) for a busy sender, or the slower of the two for an idle one. A frame that streamed was
+  // timed with both copies side by side (`own` is the whole of it).
+  static double ring_frame_cost(double own, double producer, int lane, bool streamed) {
+    if (streamed) return own;
+    return lane == kIdleLane ? (own > producer ? own : producer) : own + producer;
+  }
+  // The sender's side of one lane's tries of the way not asked for (attach_to).
+  struct Exploration {
+    std::chrono::steady_clock::time_point at{};  // no try before this
+    uint32_t count = 0;                          // tries made
+    uint32_t left = 0;                           // frames still to go the other way, as `attach` says
+    uint64_t large_frames = 0;                   // large frames sent in this lane (that could go either way)
+    uint64_t tried_at = 0;                       // large_frames when the last try began
+    bool attach = false;
+  };
   // Frames in a row that try the way not chosen, besides the first (which the receiver does not time).
   static constexpr uint32_t kExploreFrames = PathChoice::kTried;
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
@@ -185,15 +209,11 @@ class ShmTransport final : public Transport {
     // Stream position before which rewind() does not look at the tail again (after a look that found the
     // consumer too far behind).
     uint64_t rewind_after = 0;
-    // As receiver (adapt_): what the peer's large frames took each way, and our choice for them. As sender:
-    // when and for how many frames our large frames to the peer go the way it did not ask for (attach_to).
-    PathChoice path;
-    std::chrono::steady_clock::time_point explore_at{};
-    uint32_t explorations = 0;
-    uint32_t explore_left = 0;  // frames still to go the other way, as explore_attach says
-    uint64_t large_frames = 0;  // large frames sent to the peer (that could go either way)
-    uint64_t tried_at = 0;      // large_frames when the last try began
-    bool explore_attach = false;
+    // As receiver (adapt_): what the peer's large frames took each way, and our choice for them, per lane
+    // (kBusyLane, kIdleLane). As sender: when and for how many frames our large frames to the peer go the way
+    // it did not ask for (attach_to), per lane too.
+    PathChoice path[kLanes];
+    Exploration explore[kLanes];
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
@@ -204,14 +224,14 @@ class ShmTransport final : public Transport {
                OnBytes&& on_bytes, OnRemote&& on_remote);
   // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or now and
   // then (less and less often, down to once every explore_us) kExploreFrames frames the other way.
-  bool attach_to(Peer& p);
+  bool attach_to(Peer& p, int lane);
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
   // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
-  void timed_frame(int peer, bool reduces, bool by_attach, size_t len, std::chrono::steady_clock::duration took,
-                   bool streamed);
+  void timed_frame(int peer, int lane, bool reduces, bool by_attach, size_t len,
+                   std::chrono::steady_clock::duration took, bool streamed);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
