@@ -118,7 +118,9 @@ void run_collective(Communicator& comm, algo::Collective coll, const std::string
 }
 
 // The time of one call of each algorithm (seconds), timed as chorus-perf (and nccl-tests) time: iterations
-// back to back after a barrier, the average per iteration, averaged over ranks; the median of a few batches.
+// back to back after a barrier, the average per iteration, averaged over ranks (for broadcast and reduce the
+// slowest rank's, as the sweeps behind the built-in tables time them: their leaves and root finish at
+// different times, and the mean hides what the last rank waits for); the median of a few batches.
 // The algorithms take turns batch by batch, as in chorus-perf --algos, so that a slow phase of a shared
 // machine (or of an oversubscribed run's scheduling) falls on all of them alike rather than on whichever
 // algorithm happened to run then: the fit compares algorithms, so their relative times matter most.
@@ -129,6 +131,7 @@ std::vector<double> time_algorithms(Communicator& comm, algo::Collective coll,
   // Few-microsecond calls need many iterations to rise above a shared machine's jitter.
   const int iters = bytes <= (16u << 10) ? 60 : bytes <= (256u << 10) ? 20 : bytes <= (2u << 20) ? 6 : 2;
   const int batches = bytes <= (1u << 20) ? 7 : 3;
+  const bool slowest = coll == algo::Collective::Broadcast || coll == algo::Collective::Reduce;
   for (const std::string& alg : algorithms) run_collective(comm, coll, alg, bytes, a, b);  // warm up
   std::vector<std::vector<double>> t(algorithms.size());
   for (int i = 0; i < batches; ++i) {
@@ -136,9 +139,9 @@ std::vector<double> time_algorithms(Communicator& comm, algo::Collective coll,
       comm.barrier();
       auto t0 = Clock::now();
       for (int it = 0; it < iters; ++it) run_collective(comm, coll, algorithms[k], bytes, a, b);
-      double mine = seconds(Clock::now() - t0) / iters, sum = 0;
-      comm.all_reduce(&mine, &sum, 1, DataType::Float64, ReduceOp::Sum);
-      t[k].push_back(sum / n);
+      double mine = seconds(Clock::now() - t0) / iters, across = 0;
+      comm.all_reduce(&mine, &across, 1, DataType::Float64, slowest ? ReduceOp::Max : ReduceOp::Sum);
+      t[k].push_back(slowest ? across : across / n);
     }
   }
   std::vector<double> medians;
