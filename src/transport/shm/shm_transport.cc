@@ -106,10 +106,10 @@ struct alignas(64) Ring {
   // at creation), kPathRing or kPathAttach, with kPathClear where the other way measured far slower (then the
   // producer tries it less often). Written on a change only; the producer reads it per large frame.
   // One word per lane (ShmTransport::kBusyLane, kIdleLane).
-  std::atomic<uint32_t> path[2];
+  std::atomic<uint32_t> path[ShmTransport::kLanes];
   // No try of the other way before this steady_clock time (ns since its epoch): the consumer pushes it out by
   // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%. Per lane.
-  std::atomic<int64_t> hold_tries_until[2];
+  std::atomic<int64_t> hold_tries_until[ShmTransport::kLanes];
   // The producer's copy into the ring of its last large payload, per KiB, for the consumer's choice: the
   // rings cost both copies, and in some placements of the two cores the one into the ring is most of it
   // (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
