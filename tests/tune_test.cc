@@ -803,6 +803,176 @@ TEST(Calibration, ChorusTuneWritesAFileTheLibraryLoads) {
   std::remove(path.c_str());
 }
 
+// chorus-tune --tables times every algorithm at every power of 2 and writes the times as measured tables,
+// which the library then believes: at every measured size its choice is the table's fastest algorithm.
+TEST(Calibration, ChorusTuneTablesWritesMeasuredTablesTheLibraryChoosesFrom) {
+  std::string path = temp_path("tables");
+  std::remove(path.c_str());
+  std::vector<Child> job{spawn(
+      {std::string(CHORUS_BIN_DIR) + "/chorus-run", "-n", "2", "--", std::string(CHORUS_BIN_DIR) + "/chorus-tune", "-o",
+       path, "--iters", "100", "--no-choices", "--tables", "--table-max-bytes", "4096", "--max-bytes", "4096"},
+      {"CHORUS_TRANSPORT=shm"}, true)};
+  wait_all(job, std::chrono::seconds(300));
+  ASSERT_TRUE(WIFEXITED(job[0].status) && WEXITSTATUS(job[0].status) == 0) << job[0].output;
+  EXPECT_NE(job[0].output.find("measured tables: 10 sizes (8 B to 4096 B)"), std::string::npos) << job[0].output;
+  const tune::Tuning t = tune::load_tuning_file(path);
+  ASSERT_EQ(t.transports.count("shm"), 1u);
+  const tune::LinkEntry& e = t.transports.at("shm").at(0);
+  int tables = 0;
+  for (algo::Collective c : {algo::Collective::AllReduce, algo::Collective::AllGather, algo::Collective::ReduceScatter,
+                             algo::Collective::Broadcast, algo::Collective::Reduce, algo::Collective::AllToAll}) {
+    const std::vector<algo::Calibration> cal = tune::calibration_for(e, c);
+    const auto algs = algo::algorithms_for(c);
+    for (size_t i = 0; i < algs.size(); ++i) {
+      if (algs[i].applicable) continue;  // hierarchical: not timed on one host
+      SCOPED_TRACE(fmt::format("{}/{}", algo::collective_name(c), algs[i].name));
+      ASSERT_EQ(cal[i].measured.size(), 10u);
+      for (size_t k = 0; k < cal[i].measured.size(); ++k) {
+        EXPECT_DOUBLE_EQ(cal[i].measured[k].first, 8.0 * static_cast<double>(1u << k));
+        EXPECT_GT(cal[i].measured[k].second, 0.0);
+        EXPECT_LT(cal[i].measured[k].second, 0.1);  // a call of at most 4 KiB on one host
+      }
+      // The fit's corrections, at the powers of 4 from 8 B.
+      ASSERT_EQ(cal[i].corrections.size(), 5u);
+      EXPECT_DOUBLE_EQ(cal[i].corrections.back().first, 2048.0);
+      ++tables;
+    }
+    // At every measured size the choice is the fastest measured algorithm.
+    for (int k = 0; k < 10; ++k) {
+      const size_t bytes = size_t{8} << k;
+      algo::CallShape s;
+      s.coll = c;
+      s.size = 2;
+      s.esize = 4;
+      const bool per_block =
+          c == algo::Collective::AllGather || c == algo::Collective::ReduceScatter || c == algo::Collective::AllToAll;
+      s.count = bytes / 4 / (per_block ? 2 : 1);
+      if (s.count == 0) continue;
+      double best = 1e9;
+      std::string fastest;
+      for (size_t i = 0; i < algs.size(); ++i) {
+        if (!algs[i].applicable && !cal[i].measured.empty() && cal[i].measured[k].second < best) {
+          best = cal[i].measured[k].second;
+          fastest = algs[i].name;
+        }
+      }
+      EXPECT_EQ(algo::choose_algorithm(s, e.link, cal.data()).name, fastest)
+          << algo::collective_name(c) << " " << bytes << " B";
+    }
+  }
+  EXPECT_GE(tables, 15);
+  std::remove(path.c_str());
+}
+
+// The tables travel through the file as they were measured.
+TEST(Calibration, UpdatingATuningFileKeepsTheMeasuredTables) {
+  std::string path = temp_path("update-tables");
+  std::remove(path.c_str());
+  LinkFigures f;
+  f.alpha_us = 1;
+  f.overhead_us = 0.5;
+  f.beta_ns_per_byte = 0.1;
+  f.gamma_ns_per_byte = 0.2;
+  f.world_size = 2;
+  f.transport = "tcp";
+  AlgorithmFit ring;
+  ring.collective = "allreduce";
+  ring.algorithm = "ring";
+  ring.corrections = {{8, 1.5}, {32, 0.75}};
+  ring.measured = {{8, 2e-6}, {16, 2.5e-6}, {32, 3e-6}};
+  f.algorithms.push_back(ring);
+  update_tuning_file(path, f);
+  const tune::Tuning t = tune::load_tuning_file(path);
+  const algo::Calibration& c = t.transports.at("tcp").at(0).algorithms.at("allreduce/ring");
+  EXPECT_EQ(c.measured, ring.measured);
+  EXPECT_EQ(c.corrections, ring.corrections);
+  std::remove(path.c_str());
+}
+
+// --merge: each run's table is averaged with the file's, weighted by the runs behind each; a plain update
+// starts over.
+TEST(Calibration, MergingTablesAveragesRunsByTheirCount) {
+  std::string path = temp_path("merge-tables");
+  std::remove(path.c_str());
+  LinkFigures f;
+  f.alpha_us = 1;
+  f.overhead_us = 0.5;
+  f.beta_ns_per_byte = 0.1;
+  f.gamma_ns_per_byte = 0.2;
+  f.world_size = 4;
+  f.transport = "shm";
+  f.copy_gbps = 10;
+  AlgorithmFit chain;
+  chain.collective = "broadcast";
+  chain.algorithm = "chain";
+  auto run = [&](double at8, double at16, TablesUpdate how) {
+    chain.measured = {{8, at8}, {16, at16}};
+    f.algorithms = {chain};
+    const int runs = update_tuning_file(path, f, how);
+    const tune::Tuning t = tune::load_tuning_file(path);
+    EXPECT_EQ(t.transports.at("shm").size(), 1u);
+    const tune::LinkEntry& e = t.transports.at("shm").at(0);
+    EXPECT_EQ(e.table_runs, runs);
+    return std::make_pair(runs, e.algorithms.at("broadcast/chain").measured);
+  };
+  auto [runs1, t1] = run(1e-6, 4e-6, TablesUpdate::kMerge);  // nothing to merge with yet
+  EXPECT_EQ(runs1, 1);
+  EXPECT_DOUBLE_EQ(t1[0].second, 1e-6);
+  auto [runs2, t2] = run(4e-6, 1e-6, TablesUpdate::kMerge);
+  EXPECT_EQ(runs2, 2);
+  EXPECT_NEAR(t2[0].second, 2e-6, 1e-18);  // sqrt(1e-6 x 4e-6)
+  EXPECT_NEAR(t2[1].second, 2e-6, 1e-18);
+  auto [runs3, t3] = run(16e-6, 16e-6, TablesUpdate::kMerge);
+  EXPECT_EQ(runs3, 3);
+  EXPECT_NEAR(t3[0].second, std::cbrt(2e-6 * 2e-6 * 16e-6), 1e-18);  // two runs' weight against one
+  // Another kind of host (copy rate 4 times off) is an entry of its own, and merges with nothing.
+  f.copy_gbps = 40;
+  EXPECT_EQ(update_tuning_file(path, f, TablesUpdate::kMerge), 1);
+  f.copy_gbps = 10;
+  EXPECT_EQ(tune::load_tuning_file(path).transports.at("shm").size(), 2u);
+  // Replacing starts over: this run alone.
+  f.algorithms[0].measured = {{8, 5e-6}, {16, 5e-6}};
+  EXPECT_EQ(update_tuning_file(path, f, TablesUpdate::kReplace), 1);
+  const tune::Tuning t = tune::load_tuning_file(path);
+  EXPECT_DOUBLE_EQ(t.transports.at("shm").at(0).algorithms.at("broadcast/chain").measured[0].second, 5e-6);
+  // Figures without tables record no runs.
+  f.algorithms[0].measured.clear();
+  EXPECT_EQ(update_tuning_file(path, f, TablesUpdate::kMerge), 0);
+  std::remove(path.c_str());
+}
+
+// Smoothing: each ratio to the size's fastest time is averaged (in log) with the algorithm's ratios at half and
+// twice the size at the given weight, then scaled by the size's fastest time.
+TEST(SmoothTables, OneNoisySizeFlipsBackAndACrossoverStays) {
+  using Table = std::vector<std::pair<double, double>>;
+  // B looks fastest at 16 B alone, against both neighbours.
+  std::vector<Table> noisy = {{{8, 1.0}, {16, 1.0}, {32, 1.0}}, {{8, 2.0}, {16, 0.9}, {32, 2.0}}};
+  tune::smooth_tables(noisy, 0.5);
+  const double a16 = 0.9 * std::exp((std::log(1 / 0.9) + 0.5 * 0 + 0.5 * 0) / 2);
+  const double b16 = 0.9 * std::exp((0 + 0.5 * std::log(2.0) + 0.5 * std::log(2.0)) / 2);
+  EXPECT_NEAR(noisy[0][1].second, a16, 1e-12);
+  EXPECT_NEAR(noisy[1][1].second, b16, 1e-12);
+  EXPECT_LT(noisy[0][1].second, noisy[1][1].second);  // A is the choice at 16 B again
+  // At the ends only one neighbour counts.
+  EXPECT_NEAR(noisy[0][0].second, 1.0 * std::exp((0 + 0.5 * std::log(1 / 0.9)) / 1.5), 1e-12);
+  EXPECT_NEAR(noisy[1][2].second, 1.0 * std::exp((std::log(2.0) + 0.5 * 0) / 1.5), 1e-12);
+
+  // A crossover both sides agree on stays where it was measured; the fastest of a size and both its
+  // neighbours keeps its time.
+  std::vector<Table> cross = {{{8, 1.0}, {16, 1.0}, {32, 3.0}, {64, 3.0}}, {{8, 2.0}, {16, 2.0}, {32, 1.0}, {64, 1.0}}};
+  tune::smooth_tables(cross, 0.5);
+  EXPECT_LT(cross[0][1].second, cross[1][1].second);
+  EXPECT_GT(cross[0][2].second, cross[1][2].second);
+  EXPECT_DOUBLE_EQ(cross[0][0].second, 1.0);
+  EXPECT_DOUBLE_EQ(cross[1][3].second, 1.0);
+
+  // Weight 0 leaves the tables alone.
+  std::vector<Table> same = {{{8, 1.0}, {16, 1.0}}, {{8, 2.0}, {16, 0.5}}};
+  const std::vector<Table> before = same;
+  tune::smooth_tables(same, 0);
+  EXPECT_EQ(same, before);
+}
+
 // chorus-tune --choices-for measures nothing and prints, for each "collective count" line, the choice the
 // library makes under the tuning in force: here a file whose measured tables make the chain the fastest
 // broadcast from 1 KiB to 1 MiB, and the library's own automatic_algorithm as the reference for every line.

@@ -82,6 +82,21 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-algorithms", algorithms, "only measure the link, do not time and fit every algorithm");
   app.add_option("--max-bytes", max_bytes, "largest probe when fitting algorithms")
       ->check(CLI::Range(size_t{4096}, size_t{1} << 30));
+  bool tables = false;
+  size_t table_max_bytes = size_t{64} << 20;
+  app.add_flag("--tables", tables,
+               "also time every algorithm at every power of 2 up to --table-max-bytes, hot and cold, and store the "
+               "times as measured tables (a minute or a few; chooses better than the quick probes)");
+  app.add_option("--table-max-bytes", table_max_bytes, "largest size of the --tables measurement")
+      ->check(CLI::Range(size_t{4096}, size_t{1} << 30))
+      ->needs("--tables");
+  bool merge = false;
+  app.add_flag("--merge", merge,
+               "with --tables: average the new tables with those already in the file for this kind of host and world "
+               "size (geometric mean, weighted by the runs behind each) instead of replacing them; on an "
+               "oversubscribed host, where one process can order small calls differently from the next, a few runs "
+               "merged give steadier tables")
+      ->needs("--tables");
   std::string choices_for;
   app.add_option("--choices-for", choices_for,
                  "measure nothing: print the automatic choice for each \"collective count\" line of this file")
@@ -106,6 +121,8 @@ int main(int argc, char** argv) {
     opts.large_bytes = large;
     opts.algorithms = algorithms;
     opts.max_bytes = max_bytes;
+    opts.tables = tables;
+    opts.table_max_bytes = table_max_bytes;
     chorus::LinkFigures f = chorus::calibrate_link(*comm, opts);
     const bool lead = comm->rank() == 0;
     if (lead) {
@@ -127,9 +144,15 @@ int main(int argc, char** argv) {
         std::printf("fit %-14s %-22s latency x%-7.3f bandwidth x%-7.3f worst error %4.0f%%\n", a.collective.c_str(),
                     a.algorithm.c_str(), a.latency_factor, a.bandwidth_factor, a.worst_error * 100);
       }
+      if (tables && !f.algorithms.empty()) {
+        std::printf("# measured tables: %zu sizes (8 B to %zu B) of %zu algorithms\n",
+                    f.algorithms.front().measured.size(), table_max_bytes, f.algorithms.size());
+      }
       if (!output.empty()) {
-        chorus::update_tuning_file(output, f);
+        const int runs = chorus::update_tuning_file(
+            output, f, merge ? chorus::TablesUpdate::kMerge : chorus::TablesUpdate::kReplace);
         std::printf("# wrote %s\n", output.c_str());
+        if (runs > 1) std::printf("# its tables now average %d runs\n", runs);
       }
     }
     if (!show || output.empty()) return 0;

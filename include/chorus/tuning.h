@@ -23,6 +23,10 @@ struct AlgorithmFit {
   double worst_error = 0;  // largest relative error of the fitted formula (before corrections) over the probes
   // Measured time / fitted estimate at each probed size (bytes), which the model interpolates between.
   std::vector<std::pair<double, double>> corrections;
+  // With CalibrationOptions::tables: (bytes, seconds) at every power of 2 from 8 B to table_max_bytes, each the
+  // geometric mean of its hot-buffer and cold-buffer medians, smoothed across neighbouring sizes
+  // (tune::smooth_tables). The cost model believes such a table within its range over any fit.
+  std::vector<std::pair<double, double>> measured;
 };
 
 // What the cost model needs to know about a link, measured on this machine and transport.
@@ -51,6 +55,12 @@ struct CalibrationOptions {
   // Also time every algorithm of every collective at a few sizes (8 B to max_bytes) and fit its factors.
   bool algorithms = true;
   size_t max_bytes = size_t{16} << 20;
+  // Also time every algorithm at every power of 2 from 8 B to table_max_bytes, as the sweeps behind the
+  // built-in tables do (many calls per batch, batches taking turns, buffers hot and cold), and keep the times
+  // as measured tables (AlgorithmFit::measured). Takes a minute or a few instead of a second, and chooses as
+  // well on this host as the built-in tables chose on theirs. The fits then come from the same timings.
+  bool tables = false;
+  size_t table_max_bytes = size_t{64} << 20;
 };
 
 // Measures the link between ranks 0 and 1 with ping-pong and streaming probes, and the reduction speed
@@ -84,5 +94,17 @@ CHORUS_API std::string idle_cpus_description(const std::string& sys_root = "/sys
 // Adds the figures to the tuning file at `path` (creating it), replacing an entry for the same transport and
 // world size. The file is what CHORUS_TUNING_FILE loads.
 CHORUS_API void update_tuning_file(const std::string& path, const LinkFigures& figures);
+
+// How update_tuning_file treats the measured tables of the entry the figures replace.
+enum class TablesUpdate {
+  kReplace,  // the new figures' tables replace them (as the two-argument form does)
+  // Each algorithm's new table is averaged with the old one, size by size, by the geometric mean weighted by the
+  // runs behind each (LinkEntry's table_runs; an old entry without the count counts as one run), and the entry
+  // counts one run more. On an oversubscribed host one process can time small calls in another order than the
+  // next process does (how the scheduler places its ranks); several runs merged give steadier tables.
+  kMerge,
+};
+// Returns how many runs the entry's tables now average (0: the figures carry no tables).
+CHORUS_API int update_tuning_file(const std::string& path, const LinkFigures& figures, TablesUpdate tables);
 
 }  // namespace chorus

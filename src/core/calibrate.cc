@@ -4,23 +4,24 @@
 // of small sends, which the receiver absorbs one by one; beta is the extra half round trip of a large
 // message per byte; gamma is the speed of the float32 sum kernel on a cache-sized buffer, which is how the
 // transports reduce (in 64 KiB pieces).
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "algo/registry.h"
 #include "base/cpu.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/logging.h"
 #include "chorus/tuning.h"
-#include "algo/registry.h"
 #include "kernels/reduce.h"
 #include "tune/cost_model.h"
 
@@ -92,54 +93,77 @@ double reduce_seconds_per_byte() {
          16 / (n * 4.0);
 }
 
-// Runs `algorithm` for one call of `coll` over `bytes` (count per rank as chorus-perf counts it).
+// Runs `algorithm` for one call of `coll` over `bytes` (count per rank as chorus-perf counts it), on the
+// buffers from `offset` bytes in (neither buffer of a call is longer than `bytes`).
 void run_collective(Communicator& comm, algo::Collective coll, const std::string& algorithm, size_t bytes,
-                    std::vector<char>& a, std::vector<char>& b) {
+                    std::vector<char>& a, std::vector<char>& b, size_t offset = 0) {
   const int n = comm.size();
   const bool per_block = coll == algo::Collective::AllGather || coll == algo::Collective::ReduceScatter ||
                          coll == algo::Collective::AllToAll;
   const size_t count = std::max<size_t>(1, bytes / 4 / (per_block ? static_cast<size_t>(n) : 1));
   CallOptions o{algorithm};
+  char* send = a.data() + offset;
+  char* recv = b.data() + offset;
   switch (coll) {
     case algo::Collective::AllReduce:
-      comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+      comm.all_reduce(send, recv, count, DataType::Float32, ReduceOp::Sum, o);
       break;
-    case algo::Collective::AllGather: comm.all_gather(a.data(), b.data(), count, DataType::Float32, o); break;
+    case algo::Collective::AllGather:
+      comm.all_gather(send, recv, count, DataType::Float32, o);
+      break;
     case algo::Collective::ReduceScatter:
-      comm.reduce_scatter(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, o);
+      comm.reduce_scatter(send, recv, count, DataType::Float32, ReduceOp::Sum, o);
       break;
-    case algo::Collective::Broadcast: comm.broadcast(a.data(), b.data(), count, DataType::Float32, 0, o); break;
+    case algo::Collective::Broadcast:
+      comm.broadcast(send, recv, count, DataType::Float32, 0, o);
+      break;
     case algo::Collective::Reduce:
-      comm.reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum, 0, o);
+      comm.reduce(send, recv, count, DataType::Float32, ReduceOp::Sum, 0, o);
       break;
-    case algo::Collective::AllToAll: comm.all_to_all(a.data(), b.data(), count, DataType::Float32, o); break;
+    case algo::Collective::AllToAll:
+      comm.all_to_all(send, recv, count, DataType::Float32, o);
+      break;
     default: break;
   }
+}
+
+// How one size is timed: `iters[k]` calls of algorithm k back to back per batch, `batches` batches; `cold`:
+// each call works on the next slot of the buffers (sized for the largest size), so that data which would fit
+// in the caches arrives from memory, as chorus-perf --rotate 1 times it.
+struct Plan {
+  std::vector<int> iters;
+  int batches = 3;
+  bool cold = false;
+};
+
+bool timed_by_slowest(algo::Collective coll) {
+  return coll == algo::Collective::Broadcast || coll == algo::Collective::Reduce;
 }
 
 // The time of one call of each algorithm (seconds), timed as chorus-perf (and nccl-tests) time: iterations
 // back to back after a barrier, the average per iteration, averaged over ranks (for broadcast and reduce the
 // slowest rank's, as the sweeps behind the built-in tables time them: their leaves and root finish at
-// different times, and the mean hides what the last rank waits for); the median of a few batches.
+// different times, and the mean hides what the last rank waits for); the median of the batches.
 // The algorithms take turns batch by batch, as in chorus-perf --algos, so that a slow phase of a shared
 // machine (or of an oversubscribed run's scheduling) falls on all of them alike rather than on whichever
 // algorithm happened to run then: the fit compares algorithms, so their relative times matter most.
 std::vector<double> time_algorithms(Communicator& comm, algo::Collective coll,
                                     const std::vector<std::string>& algorithms, size_t bytes, std::vector<char>& a,
-                                    std::vector<char>& b) {
+                                    std::vector<char>& b, const Plan& plan) {
   const int n = comm.size();
-  // Few-microsecond calls need many iterations to rise above a shared machine's jitter.
-  const int iters = bytes <= (16u << 10) ? 60 : bytes <= (256u << 10) ? 20 : bytes <= (2u << 20) ? 6 : 2;
-  const int batches = bytes <= (1u << 20) ? 7 : 3;
-  const bool slowest = coll == algo::Collective::Broadcast || coll == algo::Collective::Reduce;
-  for (const std::string& alg : algorithms) run_collective(comm, coll, alg, bytes, a, b);  // warm up
+  const bool slowest = timed_by_slowest(coll);
+  const size_t slot = (bytes + 63) / 64 * 64;
+  const size_t slots = plan.cold ? std::max<size_t>(1, (std::min(a.size(), b.size()) - 64) / slot) : 1;
+  size_t call = 0;
   std::vector<std::vector<double>> t(algorithms.size());
-  for (int i = 0; i < batches; ++i) {
+  for (int i = 0; i < plan.batches; ++i) {
     for (size_t k = 0; k < algorithms.size(); ++k) {
       comm.barrier();
       auto t0 = Clock::now();
-      for (int it = 0; it < iters; ++it) run_collective(comm, coll, algorithms[k], bytes, a, b);
-      double mine = seconds(Clock::now() - t0) / iters, across = 0;
+      for (int it = 0; it < plan.iters[k]; ++it) {
+        run_collective(comm, coll, algorithms[k], bytes, a, b, slot * (call++ % slots));
+      }
+      double mine = seconds(Clock::now() - t0) / plan.iters[k], across = 0;
       comm.all_reduce(&mine, &across, 1, DataType::Float64, slowest ? ReduceOp::Max : ReduceOp::Sum);
       t[k].push_back(slowest ? across : across / n);
     }
@@ -150,6 +174,52 @@ std::vector<double> time_algorithms(Communicator& comm, algo::Collective coll,
     medians.push_back(v[v.size() / 2]);
   }
   return medians;
+}
+
+// The probes of the fit alone: few calls at a few sizes, hot buffers.
+std::vector<double> probe_algorithms(Communicator& comm, algo::Collective coll,
+                                     const std::vector<std::string>& algorithms, size_t bytes, std::vector<char>& a,
+                                     std::vector<char>& b) {
+  // Few-microsecond calls need many iterations to rise above a shared machine's jitter.
+  const int iters = bytes <= (16u << 10) ? 60 : bytes <= (256u << 10) ? 20 : bytes <= (2u << 20) ? 6 : 2;
+  for (const std::string& alg : algorithms) run_collective(comm, coll, alg, bytes, a, b);  // warm up
+  Plan plan{std::vector<int>(algorithms.size(), iters), bytes <= (1u << 20) ? 7 : 3, false};
+  return time_algorithms(comm, coll, algorithms, bytes, a, b, plan);
+}
+
+// One row of the measured tables, timed as the sweeps behind the built-in tables time a size
+// (scripts/algo-bench.sh: chorus-perf --algos all, 200 calls per batch and 7 batches up to 32 KiB, 20 calls and
+// 5 batches from 64 KiB), with hot buffers and with cold ones; the row is the geometric mean of the two
+// medians, which is how the built-in tables combine the hot and cold sweeps (a call's data may be just
+// computed, or long out of the caches). Fewer calls are counted from 64 KiB where 20 would take more than
+// kLargeBatchSeconds (at least 3): the calls are long there, and what happens between batches matters little.
+// So many calls per batch matter below 64 KiB: a call of a few hundred nanoseconds pipelines into the next,
+// and the time of a short batch is mostly its start.
+std::vector<double> table_row(Communicator& comm, algo::Collective coll, const std::vector<std::string>& algorithms,
+                              size_t bytes, std::vector<char>& a, std::vector<char>& b) {
+  constexpr double kLargeBatchSeconds = 0.05;
+  const bool small = bytes <= (32u << 10);
+  // Warm up, then one timed call of each bounds its batch's length at the large sizes; every rank takes the
+  // slowest rank's time, so that all of them run the same number of calls.
+  std::vector<double> once(algorithms.size()), slowest(algorithms.size());
+  for (size_t k = 0; k < algorithms.size(); ++k) {
+    run_collective(comm, coll, algorithms[k], bytes, a, b);
+    auto t0 = Clock::now();
+    run_collective(comm, coll, algorithms[k], bytes, a, b);
+    once[k] = seconds(Clock::now() - t0);
+  }
+  comm.all_reduce(once.data(), slowest.data(), once.size(), DataType::Float64, ReduceOp::Max);
+  Plan plan;
+  plan.batches = small ? 7 : 5;
+  for (double t : slowest) {
+    plan.iters.push_back(small ? 200 : std::clamp(static_cast<int>(kLargeBatchSeconds / std::max(t, 1e-7)), 3, 20));
+  }
+  std::vector<double> hot = time_algorithms(comm, coll, algorithms, bytes, a, b, plan);
+  plan.cold = true;
+  std::vector<double> cold = time_algorithms(comm, coll, algorithms, bytes, a, b, plan);
+  std::vector<double> row;
+  for (size_t k = 0; k < algorithms.size(); ++k) row.push_back(std::sqrt(hot[k] * cold[k]));
+  return row;
 }
 
 // Least squares with relative weights: times span six orders of magnitude, so each probe counts by its
@@ -189,22 +259,41 @@ AlgorithmFit fit(const std::vector<algo::Cost>& model, const std::vector<double>
   return f;  // the caller adds the corrections, which need the probed sizes
 }
 
-std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::LinkModel& link, size_t max_bytes) {
-  std::vector<AlgorithmFit> fits;
+// One collective's part of the calibration: the algorithms timed, their model costs at the fitted sizes, and
+// their times at every timed size.
+struct CollectiveTimes {
+  algo::Collective coll;
+  std::vector<const algo::Algorithm*> algs;
+  std::vector<std::string> names;
+  std::vector<std::vector<algo::Cost>> models;                 // [algorithm][fitted size]
+  std::vector<std::vector<std::pair<double, double>>> tables;  // [algorithm] (bytes, seconds)
+};
+
+std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::LinkModel& link,
+                                               const CalibrationOptions& options) {
   const int n = comm.size();
-  std::vector<size_t> sizes;
-  for (size_t b = 8; b <= max_bytes; b *= 4) sizes.push_back(b);
-  std::vector<char> a(max_bytes * 2 + 64, 1), b(max_bytes * 2 + 64, 0);
+  // The fit's sizes: powers of 4 from 8 B. With tables, every power of 2 is timed, and the fit takes its sizes'
+  // times from the (smoothed) tables.
+  std::vector<size_t> fit_sizes, sizes;
+  const size_t fit_max = options.tables ? std::min(options.max_bytes, options.table_max_bytes) : options.max_bytes;
+  for (size_t b = 8; b <= fit_max; b *= 4) fit_sizes.push_back(b);
+  if (options.tables) {
+    for (size_t b = 8; b <= options.table_max_bytes; b *= 2) sizes.push_back(b);
+  } else {
+    sizes = fit_sizes;
+  }
+  const size_t largest = std::max(options.max_bytes, options.tables ? options.table_max_bytes : 0);
+  std::vector<char> a(largest * 2 + 64, 1), b(largest * 2 + 64, 0);
+
+  std::vector<CollectiveTimes> colls;
   for (algo::Collective coll : {algo::Collective::AllReduce, algo::Collective::AllGather,
                                 algo::Collective::ReduceScatter, algo::Collective::Broadcast, algo::Collective::Reduce,
                                 algo::Collective::AllToAll}) {
-    // The algorithms to fit and their model costs at every probed size.
-    std::vector<const algo::Algorithm*> algs;
-    std::vector<std::vector<algo::Cost>> models;
+    CollectiveTimes c{coll, {}, {}, {}, {}};
     for (const algo::Algorithm& alg : algo::algorithms_for(coll)) {
       if (alg.applicable) continue;  // topology-dependent (hierarchical): its stages use calibrated levels
       std::vector<algo::Cost> model;
-      for (size_t bytes : sizes) {
+      for (size_t bytes : fit_sizes) {
         algo::CallShape s;
         s.coll = coll;
         s.size = n;
@@ -217,29 +306,55 @@ std::vector<AlgorithmFit> calibrate_algorithms(Communicator& comm, const algo::L
       }
       bool finite = std::all_of(model.begin(), model.end(), [](const algo::Cost& c) { return std::isfinite(c.total()); });
       if (!finite) continue;  // never chosen in this setting (one host): no fit
-      algs.push_back(&alg);
-      models.push_back(std::move(model));
+      c.algs.push_back(&alg);
+      c.names.push_back(alg.name);
+      c.models.push_back(std::move(model));
     }
-    if (algs.empty()) continue;
-    std::vector<std::string> names;
-    for (const algo::Algorithm* alg : algs) names.push_back(alg->name);
-    std::vector<std::vector<double>> measured(algs.size());
-    for (size_t bytes : sizes) {
-      std::vector<double> t = time_algorithms(comm, coll, names, bytes, a, b);
-      for (size_t k = 0; k < algs.size(); ++k) {
-        measured[k].push_back(t[k]);
-        base::log_debug("calibrate {} {} {} B: {:.2f} us", algo::collective_name(coll), names[k], bytes, t[k] * 1e6);
+    if (c.algs.empty()) continue;
+    c.tables.resize(c.algs.size());
+    colls.push_back(std::move(c));
+  }
+
+  // Timing. The tables time every collective's small sizes before any collective's large ones: on an
+  // oversubscribed host, how the scheduler has come to place the ranks after seconds of large calls can reorder
+  // small calls of a few hundred nanoseconds (4-rank shm broadcast and reduce: the chain and the linear reduce
+  // ahead of binomial after them, behind it before them and in the sweeps' fresh processes, 2026-12-07), and the
+  // sweeps behind the built-in tables time small and large sizes in processes of their own.
+  const size_t kSmall = options.tables ? size_t{32} << 10 : ~size_t{0};
+  for (bool small_phase : {true, false}) {
+    for (CollectiveTimes& c : colls) {
+      for (size_t bytes : sizes) {
+        if ((bytes <= kSmall) != small_phase) continue;
+        std::vector<double> t = options.tables ? table_row(comm, c.coll, c.names, bytes, a, b)
+                                               : probe_algorithms(comm, c.coll, c.names, bytes, a, b);
+        for (size_t k = 0; k < c.algs.size(); ++k) {
+          c.tables[k].emplace_back(static_cast<double>(bytes), t[k]);
+          base::log_debug("calibrate {} {} {} B: {:.2f} us", algo::collective_name(c.coll), c.names[k], bytes,
+                          t[k] * 1e6);
+        }
       }
     }
-    for (size_t k = 0; k < algs.size(); ++k) {
-      AlgorithmFit f = fit(models[k], measured[k]);
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        double est = f.latency_factor * models[k][i].latency + f.bandwidth_factor * models[k][i].bandwidth;
-        f.corrections.emplace_back(static_cast<double>(sizes[i]), est > 0 ? measured[k][i] / est : 1.0);
+  }
+
+  std::vector<AlgorithmFit> fits;
+  for (CollectiveTimes& c : colls) {
+    if (options.tables) tune::smooth_tables(c.tables);
+    for (size_t k = 0; k < c.algs.size(); ++k) {
+      std::vector<double> measured;
+      for (size_t bytes : fit_sizes) {
+        auto at = std::find_if(c.tables[k].begin(), c.tables[k].end(),
+                               [bytes](const auto& pt) { return pt.first == static_cast<double>(bytes); });
+        measured.push_back(at->second);
       }
-      f.collective = algo::collective_name(coll);
-      f.algorithm = algs[k]->name;
-      fits.push_back(f);
+      AlgorithmFit f = fit(c.models[k], measured);
+      for (size_t i = 0; i < fit_sizes.size(); ++i) {
+        double est = f.latency_factor * c.models[k][i].latency + f.bandwidth_factor * c.models[k][i].bandwidth;
+        f.corrections.emplace_back(static_cast<double>(fit_sizes[i]), est > 0 ? measured[i] / est : 1.0);
+      }
+      f.collective = algo::collective_name(c.coll);
+      f.algorithm = c.algs[k]->name;
+      if (options.tables) f.measured = std::move(c.tables[k]);
+      fits.push_back(std::move(f));
     }
   }
   return fits;
@@ -279,7 +394,7 @@ LinkFigures calibrate_link(Communicator& comm, const CalibrationOptions& options
     algo::LinkModel link{out.alpha_us * 1e-6, out.overhead_us * 1e-6, out.beta_ns_per_byte * 1e-9,
                          out.gamma_ns_per_byte * 1e-9};
     // Every rank times every call (the slowest rank's time counts), so every rank gets the same fits.
-    out.algorithms = calibrate_algorithms(comm, link, options.max_bytes);
+    out.algorithms = calibrate_algorithms(comm, link, options);
   }
   // Over the whole measurement, as rank 0's host counted it.
   double stolen = stolen_share(cpu_before, host_cpu_time());
@@ -334,14 +449,21 @@ std::string idle_cpus_description(const std::string& sys_root) {
 }
 
 void update_tuning_file(const std::string& path, const LinkFigures& figures) {
+  (void)update_tuning_file(path, figures, TablesUpdate::kReplace);
+}
+
+int update_tuning_file(const std::string& path, const LinkFigures& figures, TablesUpdate tables) {
   tune::Tuning t;
   if (std::ifstream(path).good()) t = tune::load_tuning_file(path);
   auto& entries = t.transports[figures.transport];
   // The entry this measurement replaces: same world size, measured on this kind of host (copy rates within a
   // factor of 2, or not recorded). Entries from other kinds of host stay beside it.
-  std::erase_if(entries, [&](const tune::LinkEntry& e) {
+  auto replaced = [&](const tune::LinkEntry& e) {
     return e.world_size == figures.world_size && tune::host_distance(e.copy_gbps, figures.copy_gbps) < std::log(2.0);
-  });
+  };
+  std::optional<tune::LinkEntry> old;
+  if (auto it = std::find_if(entries.begin(), entries.end(), replaced); it != entries.end()) old = *it;
+  std::erase_if(entries, replaced);
   tune::LinkEntry e;
   e.world_size = figures.world_size;
   e.ranks_per_core = figures.ranks_per_core;
@@ -350,12 +472,30 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
   e.link.overhead = figures.overhead_us * 1e-6;
   e.link.beta = figures.beta_ns_per_byte * 1e-9;
   e.link.gamma = figures.gamma_ns_per_byte * 1e-9;
+  const bool merge = tables == TablesUpdate::kMerge && old.has_value();
+  bool merged = false;
+  const int old_runs = merge ? std::max(1, old->table_runs) : 0;
   for (const AlgorithmFit& f : figures.algorithms) {
-    algo::Calibration& cal = e.algorithms[f.collective + "/" + f.algorithm];
+    const std::string key = f.collective + "/" + f.algorithm;
+    algo::Calibration& cal = e.algorithms[key];
     cal = algo::Calibration{};
     cal.latency = f.latency_factor;
     cal.bandwidth = f.bandwidth_factor;
     cal.corrections = f.corrections;
+    cal.measured = f.measured;
+    if (!merge) continue;
+    auto before = old->algorithms.find(key);
+    if (before == old->algorithms.end()) continue;
+    for (auto& [bytes, seconds] : cal.measured) {
+      for (const auto& [old_bytes, old_seconds] : before->second.measured) {
+        if (old_bytes != bytes || old_seconds <= 0 || seconds <= 0) continue;
+        seconds = std::exp((old_runs * std::log(old_seconds) + std::log(seconds)) / (old_runs + 1));
+        merged = true;
+      }
+    }
+  }
+  if (!figures.algorithms.empty() && !figures.algorithms.front().measured.empty()) {
+    e.table_runs = merged ? old_runs + 1 : 1;
   }
   entries.push_back(e);
   std::sort(entries.begin(), entries.end(), [](const tune::LinkEntry& a, const tune::LinkEntry& b) {
@@ -368,6 +508,7 @@ void update_tuning_file(const std::string& path, const LinkFigures& figures) {
     if (!out) base::throw_errno(fmt::format("write {}", tmp), errno);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) base::throw_errno(fmt::format("rename {}", path), errno);
+  return e.table_runs;
 }
 
 }  // namespace chorus

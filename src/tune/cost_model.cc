@@ -75,6 +75,7 @@ Tuning parse_tuning(const std::string& text, const std::string& source) {
       le.world_size = e["world_size"].get<int>();
       if (e.contains("ranks_per_core")) le.ranks_per_core = number(e, "ranks_per_core", source, 0, 1e6);
       if (e.contains("copy_gbps")) le.copy_gbps = number(e, "copy_gbps", source, 0, 1e6);
+      if (e.contains("table_runs")) le.table_runs = static_cast<int>(number(e, "table_runs", source, 0, 1e6));
       le.link.alpha = number(e, "alpha_us", source, 0, 1e6) * 1e-6;
       le.link.overhead = number(e, "overhead_us", source, 0, 1e6) * 1e-6;
       le.link.beta = number(e, "beta_ns_per_byte", source, 0, 1e6) * 1e-9;
@@ -146,6 +147,7 @@ std::string tuning_to_json(const Tuning& tuning) {
                     {"algorithms", algos}};
       if (e.ranks_per_core > 0) entry["ranks_per_core"] = e.ranks_per_core;
       if (e.copy_gbps > 0) entry["copy_gbps"] = e.copy_gbps;
+      if (e.table_runs > 0) entry["table_runs"] = e.table_runs;
       arr.push_back(entry);
     }
     ts[name] = arr;
@@ -318,6 +320,31 @@ int interpolate_measured(const Tuning* tuning, std::string_view transport, int w
     *above = hi->world_size;
   }
   return filled;
+}
+
+void smooth_tables(std::vector<std::vector<std::pair<double, double>>>& tables, double weight) {
+  if (weight <= 0) return;
+  std::map<double, double> best;  // the fastest time at each size
+  for (const auto& t : tables) {
+    for (const auto& [bytes, seconds] : t) {
+      auto [it, fresh] = best.emplace(bytes, seconds);
+      if (!fresh) it->second = std::min(it->second, seconds);
+    }
+  }
+  for (auto& t : tables) {
+    std::map<double, double> log_ratio;
+    for (const auto& [bytes, seconds] : t) log_ratio[bytes] = std::log(seconds / best.at(bytes));
+    for (auto& [bytes, seconds] : t) {
+      double total = log_ratio.at(bytes), weights = 1;
+      for (double other : {bytes / 2, bytes * 2}) {
+        auto it = log_ratio.find(other);
+        if (it == log_ratio.end()) continue;
+        total += weight * it->second;
+        weights += weight;
+      }
+      seconds = best.at(bytes) * std::exp(total / weights);
+    }
+  }
 }
 
 }  // namespace chorus::tune

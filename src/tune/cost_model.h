@@ -27,6 +27,9 @@ struct LinkEntry {
   // the algorithms differently; where a tuning has entries for a transport and world size from several kinds
   // of host, the one whose copy rate is nearest this host's applies (host_distance).
   double copy_gbps = 0;
+  // How many chorus-tune --tables runs the measured tables average (update_tuning_file with TablesUpdate::kMerge);
+  // 0: not recorded (one run, or tables from the sweeps).
+  int table_runs = 0;
 };
 
 // The contents of a tuning file: per transport name ("tcp", "inproc"), entries for the world sizes that
@@ -89,5 +92,14 @@ double use_registered(std::vector<algo::Calibration>& cal, bool in_place = false
 int interpolate_measured(const Tuning* tuning, std::string_view transport, int world_size, algo::Collective c,
                          std::vector<algo::Calibration>& cal, int* below, int* above, double ranks_per_core = 0,
                          double copy_gbps = 0);
+
+// Smooths the measured tables of one collective's algorithms (each (bytes, seconds), ascending, the sizes
+// powers of 2) across neighbouring sizes, as scripts/fit-measured.py smooths the built-in tables: each time's
+// ratio to the fastest time at its size becomes the weighted geometric mean of that ratio (weight 1) and the
+// algorithm's ratios at half and twice the size (`weight` each, where it was timed there), times that size's
+// fastest time. A choice that one noisy size flips against both its neighbours flips back; a crossover the
+// neighbours agree on stays where it was measured; an algorithm fastest at a size and both neighbours keeps
+// its time. weight <= 0 leaves the tables alone.
+void smooth_tables(std::vector<std::vector<std::pair<double, double>>>& tables, double weight = 0.5);
 
 }  // namespace chorus::tune
