@@ -24,6 +24,18 @@ std::string temp_path(const std::string& name) {
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+// Link figures as chorus-tune would write them, without algorithms.
+LinkFigures link_figures(int world_size, const std::string& transport) {
+  LinkFigures f;
+  f.alpha_us = 1;
+  f.overhead_us = 0.5;
+  f.beta_ns_per_byte = 0.1;
+  f.gamma_ns_per_byte = 0.2;
+  f.world_size = world_size;
+  f.transport = transport;
+  return f;
+}
+
 TEST(TuningFile, RoundTripsAndPicksTheNearestWorldSize) {
   tune::Tuning t;
   algo::Calibration ring;
@@ -738,13 +750,7 @@ TEST(TuningFile, CopyRateSettlesAboveTheHighestLineBetweenKinds) {
 TEST(Calibration, UpdatingATuningFileKeepsOtherKindsOfHost) {
   std::string path = temp_path("update-kinds");
   std::remove(path.c_str());
-  LinkFigures f;
-  f.alpha_us = 1;
-  f.overhead_us = 0.5;
-  f.beta_ns_per_byte = 0.1;
-  f.gamma_ns_per_byte = 0.2;
-  f.world_size = 2;
-  f.transport = "tcp";
+  LinkFigures f = link_figures(2, "tcp");
   f.copy_gbps = 6;
   update_tuning_file(path, f);
   f.copy_gbps = 40;
@@ -868,13 +874,7 @@ TEST(Calibration, ChorusTuneTablesWritesMeasuredTablesTheLibraryChoosesFrom) {
 TEST(Calibration, UpdatingATuningFileKeepsTheMeasuredTables) {
   std::string path = temp_path("update-tables");
   std::remove(path.c_str());
-  LinkFigures f;
-  f.alpha_us = 1;
-  f.overhead_us = 0.5;
-  f.beta_ns_per_byte = 0.1;
-  f.gamma_ns_per_byte = 0.2;
-  f.world_size = 2;
-  f.transport = "tcp";
+  LinkFigures f = link_figures(2, "tcp");
   AlgorithmFit ring;
   ring.collective = "allreduce";
   ring.algorithm = "ring";
@@ -894,13 +894,7 @@ TEST(Calibration, UpdatingATuningFileKeepsTheMeasuredTables) {
 TEST(Calibration, MergingTablesAveragesRunsByTheirCount) {
   std::string path = temp_path("merge-tables");
   std::remove(path.c_str());
-  LinkFigures f;
-  f.alpha_us = 1;
-  f.overhead_us = 0.5;
-  f.beta_ns_per_byte = 0.1;
-  f.gamma_ns_per_byte = 0.2;
-  f.world_size = 4;
-  f.transport = "shm";
+  LinkFigures f = link_figures(4, "shm");
   f.copy_gbps = 10;
   AlgorithmFit chain;
   chain.collective = "broadcast";
