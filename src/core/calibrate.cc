@@ -193,7 +193,7 @@ std::vector<double> probe_algorithms(Communicator& comm, algo::Collective coll,
 // medians, which is how the built-in tables combine the hot and cold sweeps (a call's data may be just
 // computed, or long out of the caches). Fewer calls are counted from 64 KiB where 20 would take more than
 // kLargeBatchSeconds (at least 3): the calls are long there, and what happens between batches matters little.
-// So many calls per batch matter below 64 KiB: a call of a few hundred nanoseconds pipelines into the next,
+// Below 64 KiB the many calls per batch matter: a call of a few hundred nanoseconds pipelines into the next,
 // and the time of a short batch is mostly its start.
 std::vector<double> table_row(Communicator& comm, algo::Collective coll, const std::vector<std::string>& algorithms,
                               size_t bytes, std::vector<char>& a, std::vector<char>& b) {
