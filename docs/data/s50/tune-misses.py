@@ -2,9 +2,12 @@
 """Misses of chorus-tune's choices against the 49th session's check sweeps (docs/data/algos-s49-*-check and
 -hot-check, 2 and 4 ranks), broadcast and reduce apart from the rest.
 
-    docs/data/s50/tune-misses.py DIR...    (each DIR holds {shm,tcp}-RUN.txt: tune-tables-check.sh output)
+    docs/data/s50/tune-misses.py [--sweeps TAG] DIR...    (each DIR holds {shm,tcp}-RUN.txt:
+                                                          tune-tables-check.sh output)
 Prints, per transport and DIR, the sizes beyond 10% and 25% of the fastest forced time, per tune run (summed
 over the cold and the hot sweep), and the same for the built-in tables' choices (s49/choices-*-probe.txt).
+--sweeps s50: against the fiftieth session's tcp check sweeps (docs/data/algos-s50-tcp-check, -hot-check; the
+same shapes as the 49th's) instead.
 """
 import collections
 import glob
@@ -38,10 +41,17 @@ def show(label, tot, runs=1):
     print(f"{label:40s}", ", ".join(cells))
 
 
+args = sys.argv[1:]
+tag = "s49"
+if args[:1] == ["--sweeps"]:
+    tag, args = args[1], args[2:]
 for t in ("shm", "tcp"):
-    runs = ac.load([os.path.join(HERE, f"../algos-s49-{t}-check"), os.path.join(HERE, f"../algos-s49-{t}-hot-check")])
+    sweeps = [os.path.join(HERE, f"../algos-{tag}-{t}-check"), os.path.join(HERE, f"../algos-{tag}-{t}-hot-check")]
+    if not all(os.path.isdir(d) for d in sweeps):
+        continue
+    runs = ac.load(sweeps)
     show(f"{t} built-in tables", misses(runs, ac.read_choices([os.path.join(HERE, f"../s49/choices-{t}-probe.txt")])))
-    for d in sys.argv[1:]:
+    for d in args:
         files = sorted(glob.glob(os.path.join(d, f"{t}-*.txt")))
         tot = collections.Counter()
         for f in files:
