@@ -57,8 +57,9 @@ struct CalibrationOptions {
   size_t max_bytes = size_t{16} << 20;
   // Also time every algorithm at every power of 2 from 8 B to table_max_bytes, as the sweeps behind the
   // built-in tables do (many calls per batch, batches taking turns, buffers hot and cold), and keep the times
-  // as measured tables (AlgorithmFit::measured). Takes a minute or a few instead of a second, and chooses as
-  // well on this host as the built-in tables chose on theirs. The fits then come from the same timings.
+  // as measured tables (AlgorithmFit::measured). Takes a minute or a few instead of a second, and chooses
+  // better than the probes alone; one run varies with the process's scheduling, so merge a few
+  // (TablesUpdate::kMerge; docs/algorithms.md, "chorus-tune --tables"). The fits then come from the same timings.
   bool tables = false;
   size_t table_max_bytes = size_t{64} << 20;
 };
