@@ -438,6 +438,103 @@ TEST(PathChoice, AnIdleSendersFrameThroughTheRingCostsTheSlowerCopy) {
   EXPECT_EQ(T::ring_frame_cost(90, 50, T::kIdleLane, true), 90);
 }
 
+// An exchange's frames are chosen for per size class of the operation (its count times its element size):
+// under 1 MiB, then by factors of 4 up to the last class, from 64 MiB; the frames of reducing collectives apart
+// from the rest. An idle sender's frames share one choice.
+TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
+  using T = transport::ShmTransport;
+  ASSERT_EQ(T::kSizeClasses, 5);
+  ASSERT_EQ(T::kPathClasses, 10);
+  auto cls = [](uint64_t count, DataType type) {
+    transport::MessageTag tag;
+    tag.count = count;
+    tag.dtype = type;
+    const int size = T::size_class(tag);
+    for (auto op : {transport::OpKind::AllGather, transport::OpKind::Broadcast, transport::OpKind::AllToAll,
+                    transport::OpKind::SendRecv}) {
+      tag.op = op;
+      EXPECT_EQ(T::path_class(T::kBusyLane, tag), size) << transport::op_kind_name(op);
+    }
+    for (auto op : {transport::OpKind::AllReduce, transport::OpKind::ReduceScatter, transport::OpKind::Reduce}) {
+      tag.op = op;
+      EXPECT_EQ(T::path_class(T::kBusyLane, tag), T::kSizeClasses + size) << transport::op_kind_name(op);
+    }
+    return std::pair{size, T::path_class(T::kIdleLane, tag)};
+  };
+  const uint64_t mib_floats = (uint64_t{1} << 20) / sizeof(float);
+  EXPECT_EQ(cls(0, DataType::Float32), std::pair(0, 0));
+  EXPECT_EQ(cls(mib_floats - 1, DataType::Float32), std::pair(0, 0)) << "just under 1 MiB";
+  EXPECT_EQ(cls(mib_floats, DataType::Float32), std::pair(1, 0)) << "1 MiB";
+  EXPECT_EQ(cls(uint64_t{1} << 20, DataType::UInt8), std::pair(1, 0)) << "1 MiB of bytes";
+  EXPECT_EQ(cls(4 * mib_floats - 1, DataType::Float32), std::pair(1, 0));
+  EXPECT_EQ(cls(4 * mib_floats, DataType::Float32), std::pair(2, 0)) << "4 MiB";
+  EXPECT_EQ(cls(2 * mib_floats, DataType::Float64), std::pair(2, 0)) << "4 MiB of doubles";
+  EXPECT_EQ(cls(8 * mib_floats, DataType::Float64), std::pair(3, 0)) << "16 MiB of doubles";
+  EXPECT_EQ(cls(64 * mib_floats - 1, DataType::Float32), std::pair(3, 0));
+  EXPECT_EQ(cls(64 * mib_floats, DataType::Float32), std::pair(4, 0)) << "64 MiB";
+  EXPECT_EQ(cls(uint64_t{1} << 40, DataType::Float32), std::pair(4, 0)) << "and everything above";
+  EXPECT_EQ(T::size_class_floor(0), 0u);
+  EXPECT_EQ(T::size_class_floor(1), uint64_t{1} << 20);
+  EXPECT_EQ(T::size_class_floor(3), uint64_t{16} << 20);
+  EXPECT_EQ(T::size_class_floor(4), uint64_t{64} << 20);
+}
+
+// Each class starts on its own: the probe's choice, except a reducing collective's calls from
+// CHORUS_SHM_RING_FIRST_BYTES (16 MiB by default), which start through the rings. A class keeps its first way
+// for its first 16 large frames (8 untimed, then 8 timed before the first try): a 1 MiB 2-rank ring all_reduce
+// sends 2 frames of 512 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB
+// per rank 32. Every byte arrives as sent.
+TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSays) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv algo("CHORUS_ALGO", "allreduce:ring");
+  for (const char* ring_first : {"", "0"}) {
+    ScopedEnv first("CHORUS_SHM_RING_FIRST_BYTES", ring_first);
+    run_world(2, shm_options(), [&](Communicator& comm) {
+      const int r = comm.rank();
+      if (!comm.adapts_single_copy()) {  // one core for both ranks: nothing adapts
+        EXPECT_GT(comm.ranks_per_core(), 1.0);
+        return;
+      }
+      // The probe's first choice (ShmTransport::kAttachPaysBelow copies).
+      const bool probe_attach =
+          comm.attach_cost() > 0 && comm.attach_cost() < transport::ShmTransport::kAttachPaysBelow;
+      for (size_t count : {(size_t{1} << 20) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
+        std::vector<float> a(count), b(count);
+        for (size_t i = 0; i < count; ++i) a[i] = value(r, 1, i);
+        const TrafficCounters before = comm.traffic();
+        comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+        const TrafficCounters after = comm.traffic();
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(b[i], value(0, 1, i) + value(1, 1, i)) << "rank " << r << ", count " << count << ", element " << i;
+        }
+        const uint64_t attach = after.attach_reads - before.attach_reads;
+        const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
+        const bool large = count * sizeof(float) >= (size_t{16} << 20);
+        const bool first_attach = probe_attach && !(large && std::string(ring_first).empty());
+        SCOPED_TRACE(fmt::format("rank {}, {} bytes, CHORUS_SHM_RING_FIRST_BYTES='{}', probe {:.2f} copies", r,
+                                 count * sizeof(float), ring_first, comm.attach_cost()));
+        EXPECT_EQ(attach + ring, large ? 32u : 2u);
+        EXPECT_GE(first_attach ? attach : ring, large ? 16u : 2u);
+      }
+      // A collective that only copies starts as the probe says, whatever its size.
+      const size_t count = (size_t{16} << 20) / sizeof(float);
+      std::vector<float> a(count), b(2 * count);
+      for (size_t i = 0; i < count; ++i) a[i] = value(r, 2, i);
+      const TrafficCounters before = comm.traffic();
+      comm.all_gather(a.data(), b.data(), count, DataType::Float32);
+      const TrafficCounters after = comm.traffic();
+      for (int q = 0; q < 2; ++q) {
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(b[q * count + i], value(q, 2, i)) << "rank " << r;
+      }
+      const uint64_t attach = after.attach_reads - before.attach_reads;
+      const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
+      EXPECT_EQ(attach + ring, 32u) << "rank " << r;
+      EXPECT_GE(probe_attach ? attach : ring, 16u) << "rank " << r;
+    });
+  }
+}
+
 // An idle sender's large frames (an in-place broadcast's root of at least CHORUS_SHM_STREAM_IDLE_BYTES) go in a
 // lane of their own, which the receiver chooses for apart from the rest; an exchange's frames and an
 // out-of-place root's (busy copying into its own output) do not. Every byte arrives as sent whichever way.

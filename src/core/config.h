@@ -26,14 +26,17 @@ struct Config {
   // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (cross-memory attach:
   // 1 wherever the kernel allows it, 0 never, auto (-1) where a probe at creation finds it pays),
   // CHORUS_SHM_STREAM_IDLE_BYTES (an idle sender's payloads stream through the ring from this many bytes per
-  // operation and peer; 0: never), CHORUS_SHM_REGISTERED (0: never read a peer's registered memory in place),
-  // CHORUS_SHM_SPIN, CHORUS_SHM_MEMBARRIER (0: wake-ups checked with a locked instruction per frame).
+  // operation and peer; 0: never), CHORUS_SHM_RING_FIRST_BYTES (adapting, the exchanges of reducing
+  // collectives' calls of at least this many bytes start through the rings; 0: as the probe says),
+  // CHORUS_SHM_REGISTERED (0: never read a peer's registered memory in place), CHORUS_SHM_SPIN, CHORUS_SHM_MEMBARRIER
+  // (0: wake-ups checked with a locked instruction per frame).
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_single_copy_bytes = 64 << 10;
   int shm_cma = -1;
   bool shm_adapt = true;
   uint32_t shm_explore_us = 1000000;
   size_t shm_stream_idle_bytes = size_t{2} << 20;
+  size_t shm_ring_first_bytes = size_t{16} << 20;
   bool shm_registered = true;
   bool shm_membarrier = true;
   int shm_spin = -1;

@@ -105,11 +105,12 @@ struct alignas(64) Ring {
   // The consumer's choice for the producer's large payloads (ShmOptions::adapt): kPathUnset (the choice made
   // at creation), kPathRing or kPathAttach, with kPathClear where the other way measured far slower (then the
   // producer tries it less often). Written on a change only; the producer reads it per large frame.
-  // One word per lane (ShmTransport::kBusyLane, kIdleLane).
-  std::atomic<uint32_t> path[ShmTransport::kLanes];
+  // One word per lane (ShmTransport::kBusyLane, kIdleLane) and class (ShmTransport::path_class).
+  std::atomic<uint32_t> path[ShmTransport::kLanes][ShmTransport::kPathClasses];
   // No try of the other way before this steady_clock time (ns since its epoch): the consumer pushes it out by
-  // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%. Per lane.
-  std::atomic<int64_t> hold_tries_until[ShmTransport::kLanes];
+  // kHoldPerExtra times what each tried frame cost beyond the chosen way, so tries cost at most about 2%. Per
+  // lane and class.
+  std::atomic<int64_t> hold_tries_until[ShmTransport::kLanes][ShmTransport::kPathClasses];
   // The producer's copy into the ring of its last large payload, per KiB, for the consumer's choice: the
   // rings cost both copies, and in some placements of the two cores the one into the ring is most of it
   // (docs/performance.md, "Ring or attach, chosen while running"). 0: none timed yet.
@@ -501,7 +502,9 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   if (t->adapt_) {
     for (int q : local) {
       if (q == rank) continue;
-      for (PathChoice& c : t->peers_[q].path) c.attach = t->attach_first_;
+      for (int lane = 0; lane < kLanes; ++lane) {
+        for (int cls = 0; cls < kPathClasses; ++cls) t->peers_[q].path[lane][cls].attach = t->first_attach(lane, cls);
+      }
     }
   }
 
@@ -765,8 +768,9 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
     idle_lane = adapt_ && stream && !region.has_value();
-    remote = region.has_value() ||
-             (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane) : cma_ && !stream && attach_first_);
+    remote = region.has_value() || (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane,
+                                                       path_class(idle_lane ? kIdleLane : kBusyLane, tag))
+                                           : cma_ && !stream && attach_first_);
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
@@ -828,19 +832,28 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   return h;
 }
 
-bool ShmTransport::attach_to(Peer& p, int lane) {
-  Exploration& e = p.explore[lane];
+int ShmTransport::size_class(const MessageTag& tag) noexcept {
+  const uint64_t bytes = tag.count * dtype_size(tag.dtype);
+  int c = 0;
+  for (uint64_t limit = uint64_t{1} << 20; c + 1 < kSizeClasses && bytes >= limit; limit <<= 2) ++c;
+  return c;
+}
+
+bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
+  Exploration& e = p.explore[lane][path_cls];
   if (e.left > 0) {
     --e.left;
     return e.attach;
   }
   const Ring& ring = p.segment->ring(peers_[rank_].local);
-  const uint32_t asked = ring.path[lane].load(std::memory_order_relaxed);
-  const bool attach = (asked & kPathWay) == kPathUnset ? attach_first_ : (asked & kPathWay) == kPathAttach;
+  const uint32_t asked = ring.path[lane][path_cls].load(std::memory_order_relaxed);
+  const bool attach =
+      (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
-  // large frame after the first kWarmFrames (which the receiver does not time either), then after at least
-  // kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
+  // large frame after the first kWarmFrames (which the receiver does not time either), or in the busy lane's
+  // size classes, each of which starts afresh, once the receiver can judge a try (kFirstTryAfter); then after
+  // at least kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
   // ... up to explore_us, and the ring's hold_tries_until. The frame count bounds what trying a slow way costs
   // in a busy channel, the interval in a long run, the hold whatever the frames' size (a clock read per large
   // frame: tens of nanoseconds against microseconds of copying). Where the receiver asks to confirm a change
@@ -848,7 +861,7 @@ bool ShmTransport::attach_to(Peer& p, int lane) {
   ++e.large_frames;
   const bool retry = (asked & kPathRetry) != 0;
   if (e.count == 0) {
-    if (e.large_frames <= kWarmFrames) return attach;
+    if (e.large_frames <= (lane == kBusyLane ? kFirstTryAfter : kWarmFrames)) return attach;
   } else {
     const uint64_t spacing = retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
     if (e.large_frames < e.tried_at + kExploreFrames + 1 + spacing) return attach;
@@ -856,7 +869,7 @@ bool ShmTransport::attach_to(Peer& p, int lane) {
   const auto now = std::chrono::steady_clock::now();
   if (!retry) {
     if (now < e.at) return attach;
-    const int64_t hold = ring.hold_tries_until[lane].load(std::memory_order_relaxed);
+    const int64_t hold = ring.hold_tries_until[lane][path_cls].load(std::memory_order_relaxed);
     if (std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count() < hold) return attach;
   }
   const uint64_t wait_us = uint64_t{50000} << std::min<uint32_t>(e.count, 16);
@@ -921,7 +934,7 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
   published.store(static_cast<uint32_t>(std::min(sample + 1, 1e9)), std::memory_order_relaxed);
 }
 
-void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach, size_t len,
+void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
                                std::chrono::steady_clock::duration took, bool streamed) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
@@ -932,7 +945,7 @@ void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach,
                             static_cast<double>(len) / 1024.0;
     ns = ring_frame_cost(ns, producer, lane, streamed);
   }
-  PathChoice& c = peers_[peer].path[lane];
+  PathChoice& c = peers_[peer].path[lane][path_cls];
   // The first frame after frames the other way is not timed: it finds the caches set for the other way.
   // Nor are the first kWarmFrames: the rings' lines, the pages of the user's buffers, are still cold.
   const bool transition = c.frames > 0 && c.last_attach != by_attach;
@@ -952,7 +965,7 @@ void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach,
     // as long (a try of 5 frames of 8 MiB that each took 2 ms more than the rings holds the next 0.5 s).
     const double chosen = c.typical(reduces, c.attach, PathChoice::kWindow) * static_cast<double>(len) / 1024.0;
     if (chosen > 0 && ns > chosen) {
-      auto& hold = self_->ring(peers_[peer].local).hold_tries_until[lane];
+      auto& hold = self_->ring(peers_[peer].local).hold_tries_until[lane][path_cls];
       const int64_t now =
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
               .count();
@@ -965,7 +978,7 @@ void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach,
   const uint32_t word =
       (c.attach ? kPathAttach : kPathRing) | (c.clear ? kPathClear : 0) | (c.candidate ? kPathRetry : 0);
   if (word != c.published) {
-    self_->ring(peers_[peer].local).path[lane].store(word, std::memory_order_relaxed);
+    self_->ring(peers_[peer].local).path[lane][path_cls].store(word, std::memory_order_relaxed);
     c.published = word;
   }
   if (!changed) return;
@@ -977,12 +990,17 @@ void ShmTransport::timed_frame(int peer, int lane, bool reduces, bool by_attach,
                                c.typical(k, a != 0, (a != 0) == c.attach ? PathChoice::kWindow : PathChoice::kTried))
                  : std::string("-");
     };
+    static constexpr const char* kClassNames[kSizeClasses] = {"under 1 MiB", "of 1-4 MiB", "of 4-16 MiB",
+                                                              "of 16-64 MiB", "from 64 MiB"};
+    const std::string what = lane == kIdleLane
+                                 ? std::string(" from an idle sender")
+                                 : fmt::format(" in {}operations {}", path_cls >= kSizeClasses ? "reducing " : "",
+                                               kClassNames[path_cls % kSizeClasses]);
     base::log_info(
-        "rank {}: rank {}'s large payloads{} now {} (ns per KiB, ring/attach: copied {}/{}, reduced "
-        "{}/{}){}",
-        rank_, peer, lane == kIdleLane ? " from an idle sender" : "",
-        c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0), figure(0, 1), figure(1, 0),
-        figure(1, 1), waits_.path_switches == 16 ? "; later changes are not logged" : "");
+        "rank {}: rank {}'s large payloads{} now {} (ns per KiB, ring/attach: copied {}/{}, "
+        "reduced {}/{}){}",
+        rank_, peer, what, c.attach ? "by cross-memory attach" : "through the ring", figure(0, 0), figure(0, 1),
+        figure(1, 0), figure(1, 1), waits_.path_switches == 16 ? "; later changes are not logged" : "");
   }
 }
 
@@ -1227,6 +1245,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   const bool remote = (h.flags & kFlagRemote) != 0;
   const int lane = (h.reserved1 & kIdleSenderFrame) ? kIdleLane : kBusyLane;
   if (lane == kIdleLane) ++waits_.idle_sender_frames;
+  const int cls = path_class(lane, tag);  // the header's fingerprint matched `tag`'s
   tail += sizeof(FrameHeader);
   // Adapting (adapt_), a large frame is timed from its header on: by attach the read; through the ring our
   // copy out (plus the producer's copy in, timed_frame), or where it streamed the whole time to its end.
@@ -1269,7 +1288,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     } else {
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
-      if (timed) timed_frame(peer, lane, reduces, true, len, std::chrono::steady_clock::now() - started, false);
+      if (timed) timed_frame(peer, lane, cls, reduces, true, len, std::chrono::steady_clock::now() - started, false);
     }
     tail += kDescriptorBytes;
   } else {
@@ -1305,7 +1324,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     if (timed) {
       const auto wall = std::chrono::steady_clock::now() - started;
       const bool streamed = waited > std::chrono::steady_clock::duration::zero();
-      timed_frame(peer, lane, reduces, false, len, streamed ? wall : wall - waited, streamed);
+      timed_frame(peer, lane, cls, reduces, false, len, streamed ? wall : wall - waited, streamed);
     }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)

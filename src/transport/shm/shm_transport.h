@@ -42,6 +42,13 @@ struct ShmOptions {
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
   // (CHORUS_SHM_STREAM_IDLE_BYTES).
   size_t stream_idle_bytes = size_t{2} << 20;
+  // Adapting, the rings are the first choice for the large payloads that the ranks of a reducing collective
+  // (all_reduce, reduce_scatter, reduce) exchange, in calls of at least this many bytes (count times element
+  // size; ShmTransport::path_class), where the probe would start them by attach: there the receiver reduces
+  // from the ring in one pass where by attach it copies the payload aside first, and tries of a few frames
+  // the other way do not show what whole calls gain (docs/performance.md, "Ring or attach per size class").
+  // 0: every class starts as the probe says (CHORUS_SHM_RING_FIRST_BYTES).
+  size_t ring_first_bytes = size_t{16} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -139,6 +146,36 @@ class ShmTransport final : public Transport {
   // kept 2-rank broadcasts on attach on a host where the rings took 0.44-0.73 of its time (docs/performance.md,
   // "Idle senders choose apart").
   static constexpr int kBusyLane = 0, kIdleLane = 1, kLanes = 2;
+  // The busy lane's choice is kept per class of operation: by size, since where an operation's buffers stay in
+  // the caches the rings copy at cache speed and past them their second copy costs memory bandwidth, so a
+  // figure learnt at one size says little about another (chorus-perf's warm-up at 64 MiB once moved a 2-rank
+  // all_gather onto the rings at every size, docs/performance.md, "Ring or attach per size class"); and apart
+  // for collectives that reduce (all_reduce, reduce_scatter, reduce), whose receivers reduce from the ring in
+  // one pass but copy an attach read aside first. The size class is the call's count times its element size,
+  // from the frame's fingerprint, which both sides have: below 1 MiB, then by factors of 4, from 64 MiB the
+  // last. An idle sender's frames (kIdleLane) share one class: through the ring its copy overlaps with the
+  // receiver's at any size.
+  static constexpr int kSizeClasses = 5;
+  static constexpr int kPathClasses = 2 * kSizeClasses;  // [0, kSizeClasses): copied; then reducing collectives
+  static int size_class(const MessageTag& tag) noexcept;
+  // The smallest call of a size class, in bytes (count times element size).
+  static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
+  static bool reducing_collective(const MessageTag& tag) noexcept {
+    return tag.op == OpKind::AllReduce || tag.op == OpKind::ReduceScatter || tag.op == OpKind::Reduce;
+  }
+  // The class a lane's frames of the operation `tag` are chosen in.
+  static int path_class(int lane, const MessageTag& tag) noexcept {
+    return lane == kIdleLane ? 0 : size_class(tag) + (reducing_collective(tag) ? kSizeClasses : 0);
+  }
+  // The way a class starts (the choice before any timing; both sides compute it): by attach where the probe
+  // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes.
+  bool first_attach(int lane, int path_cls) const {
+    if (lane == kBusyLane && path_cls >= kSizeClasses && options_.ring_first_bytes > 0 &&
+        size_class_floor(path_cls - kSizeClasses) >= options_.ring_first_bytes) {
+      return false;
+    }
+    return attach_first_;
+  }
   // What a large frame through the ring cost, per KiB: the receiver's copy out (`own`), plus the producer's
   // copy in (`producer`) for a busy sender, or the slower of the two for an idle one. A frame that streamed was
   // timed with both copies side by side (`own` is the whole of it).
@@ -161,6 +198,11 @@ class ShmTransport final : public Transport {
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kRetrySpacing = 16;           // large frames between a try and the one that confirms it
   static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
+  // In the busy lane, whose size classes each start afresh, a class's first try comes once the receiver has
+  // timed half a window the chosen way after the warm frames, so that it can judge it (a kind of frame counts
+  // from kWindow / 2 frames the chosen way): a try before that is wasted, and the next one waits at least
+  // 50 ms, which the rows of a benchmark at one size seldom last.
+  static constexpr uint32_t kFirstTryAfter = kWarmFrames + PathChoice::kWindow / 2;
   static constexpr double kHoldPerExtra = 50;  // a try's extra cost holds the next back this many times as long
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
@@ -210,10 +252,10 @@ class ShmTransport final : public Transport {
     // consumer too far behind).
     uint64_t rewind_after = 0;
     // As receiver (adapt_): what the peer's large frames took each way, and our choice for them, per lane
-    // (kBusyLane, kIdleLane). As sender: when and for how many frames our large frames to the peer go the way
-    // it did not ask for (attach_to), per lane too.
-    PathChoice path[kLanes];
-    Exploration explore[kLanes];
+    // (kBusyLane, kIdleLane) and class (path_class). As sender: when and for how many frames our large frames
+    // to the peer go the way it did not ask for (attach_to), per lane and class too.
+    PathChoice path[kLanes][kPathClasses];
+    Exploration explore[kLanes][kPathClasses];
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
   };
@@ -224,13 +266,13 @@ class ShmTransport final : public Transport {
                OnBytes&& on_bytes, OnRemote&& on_remote);
   // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or now and
   // then (less and less often, down to once every explore_us) kExploreFrames frames the other way.
-  bool attach_to(Peer& p, int lane);
+  bool attach_to(Peer& p, int lane, int path_cls);
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
   // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
-  void timed_frame(int peer, int lane, bool reduces, bool by_attach, size_t len,
+  void timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
                    std::chrono::steady_clock::duration took, bool streamed);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
