@@ -851,9 +851,8 @@ bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
       (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
-  // large frame after the first kWarmFrames (which the receiver does not time either), or in the busy lane's
-  // size classes, each of which starts afresh, once the receiver can judge a try (kFirstTryAfter); then after
-  // at least kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
+  // large frame after the first kWarmFrames (which the receiver does not time either), then after at least
+  // kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
   // ... up to explore_us, and the ring's hold_tries_until. The frame count bounds what trying a slow way costs
   // in a busy channel, the interval in a long run, the hold whatever the frames' size (a clock read per large
   // frame: tens of nanoseconds against microseconds of copying). Where the receiver asks to confirm a change
@@ -861,7 +860,7 @@ bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
   ++e.large_frames;
   const bool retry = (asked & kPathRetry) != 0;
   if (e.count == 0) {
-    if (e.large_frames <= (lane == kBusyLane ? kFirstTryAfter : kWarmFrames)) return attach;
+    if (e.large_frames <= kWarmFrames) return attach;
   } else {
     const uint64_t spacing = retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
     if (e.large_frames < e.tried_at + kExploreFrames + 1 + spacing) return attach;

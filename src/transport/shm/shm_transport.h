@@ -198,11 +198,6 @@ class ShmTransport final : public Transport {
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kRetrySpacing = 16;           // large frames between a try and the one that confirms it
   static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
-  // In the busy lane, whose size classes each start afresh, a class's first try comes once the receiver has
-  // timed half a window the chosen way after the warm frames, so that it can judge it (a kind of frame counts
-  // from kWindow / 2 frames the chosen way): a try before that is wasted, and the next one waits at least
-  // 50 ms, which the rows of a benchmark at one size seldom last.
-  static constexpr uint32_t kFirstTryAfter = kWarmFrames + PathChoice::kWindow / 2;
   static constexpr double kHoldPerExtra = 50;  // a try's extra cost holds the next back this many times as long
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
