@@ -107,9 +107,9 @@ if [[ $PROBES == 1 ]]; then
 fi
 
 # compare.sh runs $CHORUS_PERF: a wrapper that adds --rotate, and times as the peers' harness (mpi_coll.c) does:
-# as many iterations per size (--iters-by-size: 200 up to 64 KiB, 40 up to 4 MiB, 10 above; compare.sh's own
-# chorus-perf command line would leave the default 20 everywhere, which lets one scheduler hiccup dominate a
-# 1 us figure) and the slowest rank's time (--average 3, as the peers' MPI_MAX). For broadcast it puts the
+# as many iterations per size, after as many untimed calls (--iters-by-size: 3, then 200 up to 64 KiB, 40 up to
+# 4 MiB, 10 above; compare.sh's own chorus-perf command line would leave the default 20 everywhere, which lets
+# one scheduler hiccup dominate a 1 us figure) and the slowest rank's time (--average 3, as the peers' MPI_MAX). For broadcast it puts the
 # in-place block first (--in-place-first), the one compare.sh reads: MPI_Bcast has a single buffer, while an
 # out-of-place broadcast also copies send to recv on the root.
 PERF_WRAPPER=$(mktemp /tmp/chorus-perf-wrapper.XXXXXX)

@@ -216,8 +216,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                "broadcast also copies send to recv on the root)");
   app.add_flag("--iters-by-size", o.iters_by_size,
                "Timed iterations by size, as the peers' harness (../shared/peers/mpi_coll.c) times them: 200 up to "
-               "64 KiB, 40 up to 4 MiB, 10 above (replaces -n); small sizes then average over as many calls as the "
-               "peers' figures do");
+               "64 KiB, 40 up to 4 MiB, 10 above (replaces -n), after 3 untimed calls per size as it makes (else "
+               "1); small sizes then average over as many calls as the peers' figures do");
   app.add_option("--repeats", o.repeats,
                  "With --algos: rounds of timing that visit every algorithm in turn; each reported time is the "
                  "median over rounds (so slow drifts of a shared machine hit all algorithms alike)")
@@ -607,6 +607,7 @@ struct Measurement {
   std::optional<int64_t> wrong;  // summed over ranks; empty when not checked
   std::string algorithm;         // what ran in the timed calls (Communicator::last_operation)
   int iters = 0;                 // timed iterations (-n, or by size with --iters-by-size)
+  int untimed = 0;               // untimed calls before them
   // --traffic, of the last timed call: payload bytes one rank sent, measured and as the algorithm's formula
   // predicts (each the maximum over ranks), and whether the two were equal on every rank.
   uint64_t sent = 0;
@@ -1300,6 +1301,13 @@ class Bench {
     }
   }
 
+  // Untimed calls before a size's timed ones: with --iters-by-size as many as the peers' harness makes
+  // (../shared/peers/mpi_coll.c: 3), else one, as nccl-tests. The first calls of a size find the buffers' pages
+  // cold for cross-memory attach: a 2-rank shm all_gather of 16 MiB read its first 50-100 frames of 512 KiB at
+  // 2-3 times the steady cost, which one untimed call of 32 frames left in the timed ones (docs/performance.md,
+  // "Ring or attach per size class").
+  int untimed_calls() const { return o_.iters_by_size ? 3 : 1; }
+
   // Timed iterations for a size: -n, or with --iters-by-size the schedule of the peers' harness.
   int iters_for(size_t bytes) const {
     if (!o_.iters_by_size) return o_.iters;
@@ -1312,7 +1320,8 @@ class Bench {
     const size_t ts = typed.ts;
     Pattern pattern = typed.pattern(o_.coll->coll, op, nranks_);
     if (o_.check > 0 && check) (this->*typed.fill_input)(l, pattern, in_place, /*iter=*/-1);
-    launch(l, type, op, root, in_place, ts, 0, algorithm);
+    // Untimed calls first: one, as nccl-tests makes; with --iters-by-size three, as the peers' harness does.
+    for (int w = 0; w < untimed_calls(); ++w) launch(l, type, op, root, in_place, ts, w, algorithm);
     if (algorithm.empty()) {
       // CHORUS_ADAPT: a shape whose near-ties are still being timed runs untimed until the ranks have agreed,
       // so the timed calls measure the settled choice. Every rank's schedule is the same, so every rank runs
@@ -1351,6 +1360,7 @@ class Bench {
     m.busbw = m.algbw * bus_factor(o_.coll->coll, nranks_);
     m.algorithm = last.algorithm;
     m.iters = iters;
+    m.untimed = untimed_calls();
     busbw_sum_ += m.busbw;
     ++results_;
 
@@ -1501,7 +1511,8 @@ void print_preamble(const Options& o, const std::vector<std::string>& ranks, con
       "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: {} "
       "validation: {} graph: 0\n#\n# Using devices\n",
       o.min_bytes, o.max_bytes, factor ? o.step_factor : o.step_bytes, factor ? "factor" : "bytes", o.warmup,
-      o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10)") : std::to_string(o.iters), o.agg, o.check);
+      o.iters_by_size ? std::string("by-size(200<=64K,40<=4M,10; 3 untimed)") : std::to_string(o.iters), o.agg,
+      o.check);
   for (const std::string& line : ranks) fmt::print("{}\n", line);
   fmt::print("#\n# chorus {}, reduction kernels: {}{}\n# cost model: {}\n", chorus::version_string(),
              chorus::kernel_isa(), o.registered ? "; buffers registered (chorus::mem_alloc, -R 1)" : "",
@@ -1557,6 +1568,7 @@ nlohmann::json measurement_json(const Measurement& m, bool traffic) {
   j["wrong"] = m.wrong ? nlohmann::json(*m.wrong) : nlohmann::json(nullptr);
   j["algorithm"] = m.algorithm;
   j["iters"] = m.iters;
+  j["untimed"] = m.untimed;
   if (traffic) j["traffic"] = {{"sent", m.sent}, {"predicted", m.predicted}, {"ok", m.traffic_ok}};
   return j;
 }
