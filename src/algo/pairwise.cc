@@ -1,7 +1,7 @@
 // Pairwise all-to-all. At step k every rank r exchanges one block with partner (k - r) mod N; the pairing
 // is symmetric (the partner's partner is r), so each step is N/2 independent exchanges and the schedule
-// works in place: the block sent to the partner is the one its block replaces. Out of place all sends are
-// posted first.
+// works in place: the block sent to the partner is the one its block replaces (copied aside a slice at a
+// time first). Out of place all sends are posted first.
 //
 // Pairwise reduce-scatter: every rank sends each block of its input straight to the block's owner, which
 // reduces the N - 1 contributions into its output.
@@ -39,19 +39,32 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
     prims.flush();
     return;
   }
-  char* staging = block > 0 ? c.scratch->buffer(std::min(block, c.slice_bytes)) : nullptr;
-
+  // In place the outgoing bytes must be gone before the incoming ones replace them. Slice by slice (send,
+  // receive aside, wait for the send, copy in), every slice waited for the partner to take the one before, and
+  // by cross-memory attach, which reads a slice where it lies, the two ranks moved in lockstep. Instead each
+  // slice is copied aside first, sent from there and received straight into place, through two slice buffers
+  // in turn: a slice's send is waited for only when its buffer is wanted again, a slice later, by which time
+  // the partner, which receives in the order we send, has mostly taken it. (Against the lockstep, 1-64 MiB:
+  // shm 0.50-0.78 of the time at 2 ranks and 0.55-0.72 at 4, tcp 0.86-1.06 and 0.85-1.00; chunks of 2 or 4
+  // slices did as well on shm but 1.1-1.6 times worse on tcp: docs/performance.md, "In-place all_to_all".)
+  const size_t slice = std::min(block, c.slice_bytes);
+  char* aside = block > 0 ? c.scratch->buffer(2 * slice) : nullptr;
+  transport::SendHandle pending[2];
+  bool sent[2] = {false, false};
+  int turn = 0;
   for (int k = 0; k < c.size; ++k) {
-    int partner = mod(k - c.rank, c.size);
-    size_t base = static_cast<size_t>(partner) * block;
+    const int partner = mod(k - c.rank, c.size);
+    const size_t base = static_cast<size_t>(partner) * block;
     if (partner == c.rank) continue;  // in place: its own block is where it belongs
-    for (size_t off = 0; off < block; off += c.slice_bytes) {
-      size_t len = std::min(c.slice_bytes, block - off);
-      auto h = prims.send(partner, in + base + off, len);
-      // The outgoing slice must be gone before the incoming one replaces it.
-      prims.recv(partner, staging, len);
-      prims.wait(h);
-      std::memcpy(out + base + off, staging, len);
+    for (size_t off = 0; off < block; off += slice) {
+      const size_t len = std::min(slice, block - off);
+      char* buf = aside + static_cast<size_t>(turn) * slice;
+      if (sent[turn]) prims.wait(pending[turn]);
+      std::memcpy(buf, out + base + off, len);
+      pending[turn] = prims.send(partner, buf, len);
+      sent[turn] = true;
+      prims.recv(partner, out + base + off, len);
+      turn ^= 1;
     }
   }
   prims.flush();
