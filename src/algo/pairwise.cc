@@ -46,7 +46,8 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
   // in turn: a slice's send is waited for only when its buffer is wanted again, a slice later, by which time
   // the partner, which receives in the order we send, has mostly taken it. (Against the lockstep, 1-64 MiB:
   // shm 0.50-0.78 of the time at 2 ranks and 0.55-0.72 at 4, tcp 0.86-1.06 and 0.85-1.00; chunks of 2 or 4
-  // slices did as well on shm but 1.1-1.6 times worse on tcp: docs/performance.md, "In-place all_to_all".)
+  // slices did as well on shm but up to 1.6 times the lockstep's time on tcp: docs/performance.md, "In-place
+  // all_to_all".)
   const size_t slice = std::min(block, c.slice_bytes);
   char* aside = block > 0 ? c.scratch->buffer(2 * slice) : nullptr;
   transport::SendHandle pending[2];
