@@ -1244,7 +1244,6 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   const bool remote = (h.flags & kFlagRemote) != 0;
   const int lane = (h.reserved1 & kIdleSenderFrame) ? kIdleLane : kBusyLane;
   if (lane == kIdleLane) ++waits_.idle_sender_frames;
-  const int cls = path_class(lane, tag);  // the header's fingerprint matched `tag`'s
   tail += sizeof(FrameHeader);
   // Adapting (adapt_), a large frame is timed from its header on: by attach the read; through the ring our
   // copy out (plus the producer's copy in, timed_frame), or where it streamed the whole time to its end.
@@ -1287,7 +1286,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     } else {
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
-      if (timed) timed_frame(peer, lane, cls, reduces, true, len, std::chrono::steady_clock::now() - started, false);
+      if (timed) {  // the header's fingerprint matched `tag`'s, whose class it is
+        timed_frame(peer, lane, path_class(lane, tag), reduces, true, len, std::chrono::steady_clock::now() - started,
+                    false);
+      }
     }
     tail += kDescriptorBytes;
   } else {
@@ -1323,7 +1325,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     if (timed) {
       const auto wall = std::chrono::steady_clock::now() - started;
       const bool streamed = waited > std::chrono::steady_clock::duration::zero();
-      timed_frame(peer, lane, cls, reduces, false, len, streamed ? wall : wall - waited, streamed);
+      timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, streamed ? wall : wall - waited, streamed);
     }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)
