@@ -536,6 +536,72 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
   }
 }
 
+// Mid-sized payloads (CHORUS_SHM_SINGLE_COPY_BUSY_BYTES, 8 KiB, up to the 64 KiB single-copy size) go by
+// cross-memory attach where both ranks send at once and the sender keeps its buffer as it is (an exchange:
+// all_gather, out-of-place all_to_all, reduce_scatter and recursive-doubling all_reduce), and through the
+// rings where the receiver only waits (broadcast), where an in-place all_reduce sends what it then replaces,
+// below 8 KiB, and with CHORUS_SHM_SINGLE_COPY_BUSY_BYTES=65536. The probe's choice is forced (attach on,
+// nothing adapts), so each receiver counts one attach read per exchange frame. Every byte arrives as sent.
+TEST(CrossMemoryAttach, MidSizedExchangesGoByAttachAndTheRestThroughTheRings) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "1");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "0");
+  ScopedEnv algo("CHORUS_ALGO",
+                 "allgather:recursive_doubling;alltoall:pairwise;reducescatter:pairwise;allreduce:recursive_doubling;"
+                 "broadcast:binomial");
+  for (const char* busy_bytes : {"", "65536"}) {
+    ScopedEnv busy("CHORUS_SHM_SINGLE_COPY_BUSY_BYTES", busy_bytes);
+    run_world(2, shm_options(), [&](Communicator& comm) {
+      const int r = comm.rank();
+      // Where the ranks share a core the sender's wait for a read costs a switch: the rings then carry all.
+      const bool on = std::string(busy_bytes).empty() && comm.cross_memory_attach() && comm.ranks_per_core() <= 1.0;
+      auto attach_reads = [&] { return comm.traffic().attach_reads; };
+      for (size_t bytes : {size_t{4} << 10, size_t{16} << 10, size_t{32} << 10}) {
+        const size_t n = bytes / sizeof(float);
+        const uint64_t expect = on && bytes >= (size_t{8} << 10) ? 1 : 0;
+        SCOPED_TRACE(
+            fmt::format("rank {}, {} bytes per message, CHORUS_SHM_SINGLE_COPY_BUSY_BYTES='{}'", r, bytes, busy_bytes));
+        std::vector<float> a(2 * n), b(2 * n);
+        for (size_t i = 0; i < 2 * n; ++i) a[i] = value(r, 3, i);
+        uint64_t before = attach_reads();
+        comm.all_gather(a.data(), b.data(), n, DataType::Float32);
+        EXPECT_EQ(attach_reads() - before, expect) << "all_gather";
+        for (int q = 0; q < 2; ++q) {
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[q * n + i], value(q, 3, i)) << "all_gather";
+        }
+        before = attach_reads();
+        comm.all_to_all(a.data(), b.data(), n, DataType::Float32);
+        EXPECT_EQ(attach_reads() - before, expect) << "all_to_all";
+        for (int q = 0; q < 2; ++q) {
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[q * n + i], value(q, 3, r * n + i)) << "all_to_all";
+        }
+        before = attach_reads();
+        comm.reduce_scatter(a.data(), b.data(), n, DataType::Float32, ReduceOp::Sum);
+        EXPECT_EQ(attach_reads() - before, expect) << "reduce_scatter";
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(b[i], value(0, 3, r * n + i) + value(1, 3, r * n + i)) << "reduce_scatter";
+        }
+        before = attach_reads();
+        comm.all_reduce(a.data(), b.data(), n, DataType::Float32, ReduceOp::Sum);
+        EXPECT_EQ(attach_reads() - before, expect) << "all_reduce";
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], value(0, 3, i) + value(1, 3, i)) << "all_reduce";
+        // In place, recursive doubling waits for its send's read before it writes the result over it.
+        std::vector<float> c(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n));
+        before = attach_reads();
+        comm.all_reduce(c.data(), c.data(), n, DataType::Float32, ReduceOp::Sum);
+        EXPECT_EQ(attach_reads() - before, 0u) << "all_reduce in place";
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(c[i], value(0, 3, i) + value(1, 3, i)) << "all_reduce in place";
+        // The broadcast's receiver only waits: the two copies of the rings overlap their handoff.
+        std::vector<float> d(n, r == 0 ? 0.0f : -1.0f);
+        if (r == 0) std::copy(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), d.begin());
+        before = attach_reads();
+        comm.broadcast(d.data(), d.data(), n, DataType::Float32, 0);
+        EXPECT_EQ(attach_reads() - before, 0u) << "broadcast";
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], value(0, 3, i)) << "broadcast";
+      }
+    });
+  }
+}
+
 // An idle sender's large frames (an in-place broadcast's root of at least CHORUS_SHM_STREAM_IDLE_BYTES) go in a
 // lane of their own, which the receiver chooses for apart from the rest; an exchange's frames and an
 // out-of-place root's (busy copying into its own output) do not. Every byte arrives as sent whichever way.

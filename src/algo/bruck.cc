@@ -63,8 +63,9 @@ void all_gather_bruck(OpContext& c, const void* send, void* recv, size_t count) 
   for (int d = 1; d < n; d *= 2) {
     const int m = all_gather_round_blocks(d, n);
     const int to = mod(r - d, n), from = mod(r + d, n);
-    for_each_wrapped_slice(r, m, n, block, c.slice_bytes,
-                           [&](size_t off, size_t len) { prims.send(to, own.source(off, len), len); });
+    for_each_wrapped_slice(r, m, n, block, c.slice_bytes, [&](size_t off, size_t len) {
+      prims.send(to, own.source(off, len), len, transport::SenderWork::exchanged());
+    });
     for_each_wrapped_slice(from, m, n, block, c.slice_bytes,
                            [&](size_t off, size_t len) { prims.recv(from, out + off, len); });
   }

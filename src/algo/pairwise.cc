@@ -32,7 +32,9 @@ void all_to_all_pairwise(OpContext& c, const void* send, void* recv, size_t coun
         }
       }
     };
-    each_partner([&](int partner, size_t at, size_t len) { prims.send(partner, in + at, len); });
+    each_partner([&](int partner, size_t at, size_t len) {
+      prims.send(partner, in + at, len, transport::SenderWork::exchanged());
+    });
     const size_t mine = static_cast<size_t>(c.rank) * block;
     if (block > 0) local_copy(c, out + mine, in + mine, block, 2 * block * static_cast<size_t>(c.size));
     each_partner([&](int partner, size_t at, size_t len) { prims.recv(partner, out + at, len); });
@@ -95,7 +97,7 @@ void reduce_scatter_pairwise(OpContext& c, const void* send, void* recv, size_t 
     const int to = mod(r + k, n);
     const char* src = in + static_cast<size_t>(to) * block;
     for (size_t off = 0; off < block; off += c.slice_bytes) {
-      prims.send(to, src + off, std::min(c.slice_bytes, block - off));
+      prims.send(to, src + off, std::min(c.slice_bytes, block - off), transport::SenderWork::exchanged());
     }
   }
   for (size_t off = 0; off < block; off += c.slice_bytes) {

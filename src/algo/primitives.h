@@ -125,7 +125,9 @@ class Prims {
   explicit Prims(OpContext& ctx) : c_(ctx) { ctx.scratch->ensure_ranks(std::max(ctx.world_size, ctx.size)); }
 
   // `peer` is a position in the context's group. `work`: idle(bytes of the operation to this peer) where this
-  // rank does nothing else until its sends complete, with no other receiver to feed (transport::SenderWork).
+  // rank does nothing else until its sends complete, with no other receiver to feed; exchanged() where the
+  // receiver sends at the same time and the buffer stays as it is until the operation ends
+  // (transport::SenderWork). An asynchronous operation's sender is never idle (its caller computes meanwhile).
   transport::SendHandle send(int peer, const void* data, size_t bytes,
                              transport::SenderWork work = transport::SenderWork::busy()) {
     const int to = global(peer);
@@ -133,7 +135,7 @@ class Prims {
     // what describes the operation, and every frame sets it before use).
     c_.tag.step = c_.scratch->next_send_step(to, c_.tag.seq);
     auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline,
-                                 c_.caller_waits ? work : transport::SenderWork::busy());
+                                 c_.caller_waits ? work : transport::SenderWork{0, false, work.exchange});
     count_sent(to, bytes);
     return h;
   }

@@ -143,7 +143,12 @@ void all_reduce_recursive_doubling(OpContext& c, const void* send, void* recv, s
       for (int m = 1; m < f.p; m <<= 1) {
         const int peer = f.real(f.vrank ^ m);
         char* next = cur == home ? tmp : home;
-        SendHandle h = prims.send(peer, cur, len);
+        // Out of place the first step sends the input, which stays as it is: an exchange. In place the step
+        // sends what it is about to replace, and waits for the read right after (by attach, mid-sized
+        // in-place calls took twice as long).
+        SendHandle h = prims.send(
+            peer, cur, len,
+            cur == src + off && src != out ? transport::SenderWork::exchanged() : transport::SenderWork::busy());
         prims.recv_reduce(peer, next, cur, len, /*last=*/2 * m == f.p);
         prims.wait(h);
         cur = next;
@@ -183,18 +188,26 @@ void all_gather_recursive_doubling(OpContext& c, const void* send, void* recv, s
   auto at = [&](int b) { return out + static_cast<size_t>(b) * block; };
   auto blocks = [&](int lo, int hi) { return static_cast<size_t>(hi - lo) * block; };
   const OwnBlock own{out, static_cast<size_t>(c.rank) * block, block, static_cast<const char*>(send)};
-  if (send != at(c.rank) && block > 0) local_copy(c, at(c.rank), send, block, block * static_cast<size_t>(c.size + 1));
-  // Sends of ranges that are just this rank's block read the input (see OwnBlock).
+  // Out of place, this rank's own block is copied into its output after the first sends are posted: sends of
+  // ranges that are just this rank's block read the input (see OwnBlock), and a receiver that reads them in
+  // place (cross-memory attach) then reads while this rank copies.
+  bool own_copied = send == at(c.rank) || block == 0;
+  auto copy_own = [&] {
+    if (!own_copied) local_copy(c, at(c.rank), send, block, block * static_cast<size_t>(c.size + 1));
+    own_copied = true;
+  };
   auto send_range = [&](int peer, int lo, int hi) {
+    if (lo != c.rank || hi != c.rank + 1) copy_own();  // the range reads this rank's block from the output
     const size_t from = static_cast<size_t>(lo) * block, bytes = blocks(lo, hi);
     for (size_t off = 0; off < bytes; off += c.slice_bytes) {
       const size_t len = std::min(c.slice_bytes, bytes - off);
-      prims.send(peer, own.source(from + off, len), len);
+      prims.send(peer, own.source(from + off, len), len, transport::SenderWork::exchanged());
     }
   };
 
   if (f.excluded()) {
     send_range(f.partner, c.rank, c.rank + 1);
+    copy_own();
     recv_slices(prims, f.partner, at(0), blocks(0, c.rank));
     recv_slices(prims, f.partner, at(c.rank + 1), blocks(c.rank + 1, c.size));
   } else {
@@ -202,8 +215,10 @@ void all_gather_recursive_doubling(OpContext& c, const void* send, void* recv, s
     for (int m = 1; m < f.p; m <<= 1) {
       const int peer = f.real(f.vrank ^ m), mine = own_group(f.vrank, m), theirs = peer_group(f.vrank, m);
       send_range(peer, f.first(mine), f.first(mine + m));
+      copy_own();
       recv_slices(prims, peer, at(f.first(theirs)), blocks(f.first(theirs), f.first(theirs + m)));
     }
+    copy_own();  // one rank alone
     if (f.folded()) {
       send_slices(prims, f.partner, at(0), blocks(0, f.partner));
       send_slices(prims, f.partner, at(f.partner + 1), blocks(f.partner + 1, c.size));

@@ -60,7 +60,14 @@ struct SenderWork {
   // The receiver combines the payload with data of its own (a reduce's parent). By cross-memory attach it
   // would copy the payload aside and then reduce it; from the ring it reduces in one pass.
   bool receiver_reduces = false;
+  // An exchange: the receiver sends to this sender (or, in a ring, to its own next rank) at the same time,
+  // so both cores copy anyway, and the sender leaves the payload's buffer as it is until the operation ends
+  // (the caller's input of an out-of-place call, a final block of the output). Mid-sized payloads may then go
+  // by cross-memory attach (ShmOptions::single_copy_busy_bytes): one read by the receiver, a system call and
+  // one copy, costs less than the ring's copy in and copy out, and nothing waits for the read to end.
+  bool exchange = false;
   static constexpr SenderWork busy() { return {}; }
+  static constexpr SenderWork exchanged() { return {0, false, true}; }
   static constexpr SenderWork idle(uint64_t operation_bytes) { return {operation_bytes, false}; }
   static constexpr SenderWork idle_to_reducer(uint64_t operation_bytes) { return {operation_bytes, true}; }
 };

@@ -755,7 +755,13 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   std::optional<RegionRef> region;
   bool remote = false;
   bool idle_lane = false;
-  if (len >= options_.single_copy_bytes && (cma_ || registered_)) {
+  // Mid-sized payloads by attach only for exchanges (SenderWork::exchange), and only where each local rank has
+  // a core of its own: where the ranks outnumber the cores, a rendezvous (the sender waits for its receiver's
+  // read) costs switches between them that the ring's buffered send does not (4 ranks on 2 cores: all_reduce
+  // of 8-512 KiB 1.1-1.8 times as long).
+  const bool busy = work.exchange && !yield_;
+  if ((len >= options_.single_copy_bytes || (busy && len >= options_.single_copy_busy_bytes)) &&
+      (cma_ || registered_)) {
     if (registered_) region = registered_memory::find(data, len);
     // An idle sender to a reducing receiver streams at any size (the receiver then reduces straight from the
     // ring: one pass instead of a copy and a pass); to a plain receiver only from options_.stream_idle_bytes,
@@ -768,9 +774,15 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
     idle_lane = adapt_ && stream && !region.has_value();
-    remote = region.has_value() || (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane,
-                                                       path_class(idle_lane ? kIdleLane : kBusyLane, tag))
-                                           : cma_ && !stream && attach_first_);
+    if (len < options_.single_copy_bytes) {
+      // A mid-sized exchange frame (single_copy_busy_bytes): the way its class goes, untimed, untried.
+      remote = region.has_value() ||
+               (adapt_ ? current_attach(p, kBusyLane, path_class(kBusyLane, tag)) : cma_ && attach_first_);
+    } else {
+      remote = region.has_value() || (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane,
+                                                         path_class(idle_lane ? kIdleLane : kBusyLane, tag))
+                                             : cma_ && !stream && attach_first_);
+    }
   }
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
@@ -837,6 +849,11 @@ int ShmTransport::size_class(const MessageTag& tag) noexcept {
   int c = 0;
   for (uint64_t limit = uint64_t{1} << 20; c + 1 < kSizeClasses && bytes >= limit; limit <<= 2) ++c;
   return c;
+}
+
+bool ShmTransport::current_attach(const Peer& p, int lane, int path_cls) const {
+  const uint32_t asked = p.segment->ring(peers_[rank_].local).path[lane][path_cls].load(std::memory_order_relaxed);
+  return (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
 }
 
 bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {

@@ -24,6 +24,14 @@ namespace chorus::transport {
 struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
+  // A busy sender's payloads (SenderWork::busy: an exchange, where both ranks copy anyway) go the same way
+  // from this size, below single_copy_bytes too: there one read by attach (a system call, then one copy)
+  // costs less than the ring's two copies, one on each side of the exchange. Such mid-sized frames follow the
+  // way their class has chosen (adapting) and are neither timed nor tried the other way: a few kilobytes read
+  // per KiB like fixed costs, not like the copies the choice weighs (docs/performance.md, "Mid-sized
+  // exchanges by attach"). Idle senders' payloads keep single_copy_bytes, below which a streamed frame's
+  // two copies overlap. CHORUS_SHM_SINGLE_COPY_BUSY_BYTES; at least single_copy_bytes: as idle senders.
+  size_t single_copy_busy_bytes = 8 << 10;
   // Cross-memory attach (CHORUS_SHM_CMA): 1 wherever the kernel allows it, 0 never, -1 (auto) where the
   // host's lowest local rank measures at creation that an attach read costs less than kAttachPaysBelow
   // copies (ShmTransport::probe_attach_cost). Elsewhere large payloads stream through the rings.
@@ -262,6 +270,8 @@ class ShmTransport final : public Transport {
   // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or now and
   // then (less and less often, down to once every explore_us) kExploreFrames frames the other way.
   bool attach_to(Peer& p, int lane, int path_cls);
+  // The way a class goes now (adapting), without counting a frame towards its next try.
+  bool current_attach(const Peer& p, int lane, int path_cls) const;
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
