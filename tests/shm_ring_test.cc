@@ -590,6 +590,14 @@ TEST(CrossMemoryAttach, MidSizedExchangesGoByAttachAndTheRestThroughTheRings) {
         comm.all_reduce(c.data(), c.data(), n, DataType::Float32, ReduceOp::Sum);
         EXPECT_EQ(attach_reads() - before, 0u) << "all_reduce in place";
         for (size_t i = 0; i < n; ++i) ASSERT_EQ(c[i], value(0, 3, i) + value(1, 3, i)) << "all_reduce in place";
+        // In place, all_to_all sends each slice from a buffer aside that it reuses a slice later.
+        std::vector<float> e(a);
+        before = attach_reads();
+        comm.all_to_all(e.data(), e.data(), n, DataType::Float32);
+        EXPECT_EQ(attach_reads() - before, 0u) << "all_to_all in place";
+        for (int q = 0; q < 2; ++q) {
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(e[q * n + i], value(q, 3, r * n + i)) << "all_to_all in place";
+        }
         // The broadcast's receiver only waits: the two copies of the rings overlap their handoff.
         std::vector<float> d(n, r == 0 ? 0.0f : -1.0f);
         if (r == 0) std::copy(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), d.begin());
