@@ -480,10 +480,10 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
 }
 
 // Each class starts on its own: the probe's choice, except a reducing collective's calls from
-// CHORUS_SHM_RING_FIRST_BYTES (16 MiB by default), which start through the rings. A class sends its first 8
+// CHORUS_SHM_RING_FIRST_BYTES (1 MiB by default), which start through the rings. A class sends its first 8
 // large frames its first way, then tries 5 the other way, and the next try comes at least 256 frames later, so
-// at least 16 of a class's first 32 frames go its first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of
-// 512 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.
+// at least 16 of a class's first 32 frames go its first way: a 256 KiB 2-rank ring all_reduce sends 2 frames
+// of 128 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.
 // Every byte arrives as sent.
 TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSays) {
   ScopedEnv cma("CHORUS_SHM_CMA", "auto");
@@ -500,7 +500,7 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
       // The probe's first choice (ShmTransport::kAttachPaysBelow copies).
       const bool probe_attach =
           comm.attach_cost() > 0 && comm.attach_cost() < transport::ShmTransport::kAttachPaysBelow;
-      for (size_t count : {(size_t{1} << 20) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
+      for (size_t count : {(size_t{256} << 10) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
         std::vector<float> a(count), b(count);
         for (size_t i = 0; i < count; ++i) a[i] = value(r, 1, i);
         const TrafficCounters before = comm.traffic();

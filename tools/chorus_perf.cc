@@ -1732,8 +1732,9 @@ int main(int argc, char** argv) {
       if (comm->adapts_single_copy()) {
         const chorus::TrafficCounters t = comm->traffic();
         fmt::print(
-            "# shared memory, rank 0's large payloads received: {} through the rings, {} by cross-memory "
-            "attach ({} of them from idle senders, chosen apart); its choices between them changed {} times\n",
+            "# shared memory, rank 0's payloads received: large ones {} through the rings, {} by cross-memory "
+            "attach (mid-sized exchange frames included; {} large ones from idle senders, chosen apart); its "
+            "choices between them changed {} times\n",
             t.ring_large_frames, t.attach_reads, t.idle_sender_frames, t.path_switches);
       }
       stolen.print_summary();

@@ -108,8 +108,9 @@ struct TrafficCounters {
   // their whole 100 ms slice although their data had come. A missed wake-up is a bug: it should stay 0.
   uint64_t sleeps = 0;
   uint64_t missed_wakeups = 0;
-  // Shared memory only: large payloads received by one copy through cross-memory attach, and those read in
-  // place from the sender's registered memory (chorus::mem_alloc, include/chorus/memory.h).
+  // Shared memory only: payloads received by one copy through cross-memory attach, and those read in place
+  // from the sender's registered memory (chorus::mem_alloc, include/chorus/memory.h): large ones, and an
+  // exchange's mid-sized ones (CHORUS_SHM_SINGLE_COPY_BUSY_BYTES).
   uint64_t attach_reads = 0;
   uint64_t registered_reads = 0;
   // Shared memory only: times this rank's small frames went back to the start of a peer's ring once the peer

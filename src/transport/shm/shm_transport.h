@@ -55,8 +55,13 @@ struct ShmOptions {
   // size; ShmTransport::path_class), where the probe would start them by attach: there the receiver reduces
   // from the ring in one pass where by attach it copies the payload aside first, and tries of a few frames
   // the other way do not show what whole calls gain (docs/performance.md, "Ring or attach per size class").
+  // From 1 MiB rather than 16 (fifty-second session): a class that starts by attach has its two receivers
+  // decide apart (their frames through the ring read 2-3 times cheaper to reduce), and one rank copying in and
+  // reading by attach while the other only copies out took 1.5 times as long as either way alike (2-rank
+  // all_reduce of 8 MiB); in place, calls of 1-2 MiB took 0.64-0.78 of the time through the rings
+  // (docs/performance.md, "Reducing classes from 1 MiB through the rings").
   // 0: every class starts as the probe says (CHORUS_SHM_RING_FIRST_BYTES).
-  size_t ring_first_bytes = size_t{16} << 20;
+  size_t ring_first_bytes = size_t{1} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
