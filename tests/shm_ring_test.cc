@@ -440,11 +440,11 @@ TEST(PathChoice, AnIdleSendersFrameThroughTheRingCostsTheSlowerCopy) {
 
 // An exchange's frames are chosen for per size class of the operation (its count times its element size):
 // under 1 MiB, then by factors of 4 up to the last class, from 64 MiB; the frames of reducing collectives apart
-// from the rest. An idle sender's frames share one choice.
+// from the rest, and those of in-place reducing calls apart again. An idle sender's frames share one choice.
 TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
   using T = transport::ShmTransport;
   ASSERT_EQ(T::kSizeClasses, 5);
-  ASSERT_EQ(T::kPathClasses, 10);
+  ASSERT_EQ(T::kPathClasses, 15);
   auto cls = [](uint64_t count, DataType type) {
     transport::MessageTag tag;
     tag.count = count;
@@ -458,7 +458,15 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
     for (auto op : {transport::OpKind::AllReduce, transport::OpKind::ReduceScatter, transport::OpKind::Reduce}) {
       tag.op = op;
       EXPECT_EQ(T::path_class(T::kBusyLane, tag), T::kSizeClasses + size) << transport::op_kind_name(op);
+      tag.in_place = true;  // reducing in place: apart again
+      EXPECT_EQ(T::path_class(T::kBusyLane, tag), 2 * T::kSizeClasses + size) << transport::op_kind_name(op);
+      EXPECT_EQ(T::path_class(T::kIdleLane, tag), 0) << transport::op_kind_name(op);
+      tag.in_place = false;
     }
+    tag.op = transport::OpKind::AllGather;
+    tag.in_place = true;  // copied in place: as out of place
+    EXPECT_EQ(T::path_class(T::kBusyLane, tag), size);
+    tag.in_place = false;
     return std::pair{size, T::path_class(T::kIdleLane, tag)};
   };
   const uint64_t mib_floats = (uint64_t{1} << 20) / sizeof(float);
@@ -480,10 +488,11 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
 }
 
 // Each class starts on its own: the probe's choice, except a reducing collective's calls from
-// CHORUS_SHM_RING_FIRST_BYTES (1 MiB by default), which start through the rings. A class sends its first 8
+// CHORUS_SHM_RING_FIRST_BYTES (4 MiB by default), and in place from CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB),
+// which start through the rings. A class sends its first 8
 // large frames its first way, then tries 5 the other way, and the next try comes at least 256 frames later, so
-// at least 16 of a class's first 32 frames go its first way: a 256 KiB 2-rank ring all_reduce sends 2 frames
-// of 128 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.
+// at least 16 of a class's first 32 frames go its first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of
+// 512 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.
 // Every byte arrives as sent.
 TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSays) {
   ScopedEnv cma("CHORUS_SHM_CMA", "auto");
@@ -491,6 +500,7 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
   ScopedEnv algo("CHORUS_ALGO", "allreduce:ring");
   for (const char* ring_first : {"", "0"}) {
     ScopedEnv first("CHORUS_SHM_RING_FIRST_BYTES", ring_first);
+    ScopedEnv first_in_place("CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES", ring_first);
     run_world(2, shm_options(), [&](Communicator& comm) {
       const int r = comm.rank();
       if (!comm.adapts_single_copy()) {  // one core for both ranks: nothing adapts
@@ -500,23 +510,30 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
       // The probe's first choice (ShmTransport::kAttachPaysBelow copies).
       const bool probe_attach =
           comm.attach_cost() > 0 && comm.attach_cost() < transport::ShmTransport::kAttachPaysBelow;
-      for (size_t count : {(size_t{256} << 10) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
+      for (size_t count : {(size_t{1} << 20) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
         std::vector<float> a(count), b(count);
         for (size_t i = 0; i < count; ++i) a[i] = value(r, 1, i);
-        const TrafficCounters before = comm.traffic();
-        comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
-        const TrafficCounters after = comm.traffic();
-        for (size_t i = 0; i < count; ++i) {
-          ASSERT_EQ(b[i], value(0, 1, i) + value(1, 1, i)) << "rank " << r << ", count " << count << ", element " << i;
+        for (bool in_place : {false, true}) {
+          if (in_place) b = a;
+          const TrafficCounters before = comm.traffic();
+          comm.all_reduce(in_place ? b.data() : a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+          const TrafficCounters after = comm.traffic();
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(b[i], value(0, 1, i) + value(1, 1, i))
+                << "rank " << r << ", count " << count << ", in place " << in_place << ", element " << i;
+          }
+          const uint64_t attach = after.attach_reads - before.attach_reads;
+          const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
+          const bool large = count * sizeof(float) >= (size_t{16} << 20);
+          const bool rings_first = std::string(ring_first).empty() && (large || in_place);  // 4 and 1 MiB
+          const bool first_attach = probe_attach && !rings_first;
+          SCOPED_TRACE(
+              fmt::format("rank {}, {} bytes, in place {}, CHORUS_SHM_RING_FIRST_BYTES='{}', probe {:.2f} "
+                          "copies",
+                          r, count * sizeof(float), in_place, ring_first, comm.attach_cost()));
+          EXPECT_EQ(attach + ring, large ? 32u : 2u);
+          EXPECT_GE(first_attach ? attach : ring, large ? 16u : 2u);
         }
-        const uint64_t attach = after.attach_reads - before.attach_reads;
-        const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
-        const bool large = count * sizeof(float) >= (size_t{16} << 20);
-        const bool first_attach = probe_attach && !(large && std::string(ring_first).empty());
-        SCOPED_TRACE(fmt::format("rank {}, {} bytes, CHORUS_SHM_RING_FIRST_BYTES='{}', probe {:.2f} copies", r,
-                                 count * sizeof(float), ring_first, comm.attach_cost()));
-        EXPECT_EQ(attach + ring, large ? 32u : 2u);
-        EXPECT_GE(first_attach ? attach : ring, large ? 16u : 2u);
       }
       // A collective that only copies starts as the probe says, whatever its size.
       const size_t count = (size_t{16} << 20) / sizeof(float);

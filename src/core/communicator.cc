@@ -127,6 +127,7 @@ algo::OpContext& make_context(Communicator::Impl& impl, OpKind kind, AlgoId algo
   c.tag.count = count;
   c.tag.seq = impl.next_seq++;
   c.tag.step = 0;
+  c.tag.in_place = false;
   c.deadline = base::Deadline::lazy_after(impl.config.timeout);
   c.dtype = dtype;
   c.esize = core::element_size(dtype);
@@ -376,6 +377,7 @@ void execute_collective(Communicator::Impl& impl, const CollCall& call) {
   const auto now = base::coarse_now();  // for the stall check, which is good to a few ms
   algo::OpContext& c = make_context(impl, call.kind, algorithm.id, call.count, call.dtype,
                                     call.has_rop ? &call.rop : nullptr, call.root);
+  c.tag.in_place = call.in_place;
   CurrentOpScope current(impl, c.tag, now);
   const int64_t trace_start = core::trace::enabled() ? core::trace::now_us() : 0;
   const double t0 = timed ? seconds_now() : 0;

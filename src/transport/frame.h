@@ -70,6 +70,11 @@ struct MessageTag {
   uint64_t count = 0;  // the count argument of the call
   uint32_t step = 0;   // index of this frame among the frames between one pair of ranks in this operation
   bool has_reduce_op = false;
+  // This rank's call is in its collective's in-place form (core::CollCall::in_place: all_reduce send == recv,
+  // reduce_scatter recv == send + rank * count, ...; false for the rooted collectives). Not in the frame: the
+  // shm transport chooses the way of a reducing collective's frames apart for in-place calls
+  // (ShmTransport::path_class).
+  bool in_place = false;
 };
 
 struct FrameHeader {

@@ -55,13 +55,18 @@ struct ShmOptions {
   // size; ShmTransport::path_class), where the probe would start them by attach: there the receiver reduces
   // from the ring in one pass where by attach it copies the payload aside first, and tries of a few frames
   // the other way do not show what whole calls gain (docs/performance.md, "Ring or attach per size class").
-  // From 1 MiB rather than 16 (fifty-second session): a class that starts by attach has its two receivers
-  // decide apart (their frames through the ring read 2-3 times cheaper to reduce), and one rank copying in and
-  // reading by attach while the other only copies out took 1.5 times as long as either way alike (2-rank
-  // all_reduce of 8 MiB); in place, calls of 1-2 MiB took 0.64-0.78 of the time through the rings
-  // (docs/performance.md, "Reducing classes from 1 MiB through the rings").
+  // From 4 MiB (16 until the fifty-second session): from a class started by attach the two receivers of an
+  // exchange decided apart (each reads its ring frames 2-3 times cheaper to reduce, and their tries come at
+  // their own times), one rank then copying into the ring and reading by attach while the other only copied
+  // out: a 2-rank all_reduce of 8 MiB took 2.1-2.3 ms so, against 1.4 with both alike, in half the runs.
+  // Through the rings it takes 1.4 every time, at the cost of 4 MiB (1.08 times attach's time).
   // 0: every class starts as the probe says (CHORUS_SHM_RING_FIRST_BYTES).
-  size_t ring_first_bytes = size_t{1} << 20;
+  size_t ring_first_bytes = size_t{4} << 20;
+  // The same for in-place calls, which are chosen for apart (ShmTransport::path_class): in place the rings
+  // served 2-rank all_reduce of 1, 2 and 8 MiB in 0.69-0.88 of the time by attach (4 MiB 1.09), and
+  // reduce_scatter of 4-16 MiB in 0.58-0.63 (2 MiB 1.54) (docs/performance.md, "Reducing calls through the
+  // rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
+  size_t ring_first_in_place_bytes = size_t{1} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -169,7 +174,8 @@ class ShmTransport final : public Transport {
   // last. An idle sender's frames (kIdleLane) share one class: through the ring its copy overlaps with the
   // receiver's at any size.
   static constexpr int kSizeClasses = 5;
-  static constexpr int kPathClasses = 2 * kSizeClasses;  // [0, kSizeClasses): copied; then reducing collectives
+  // [0, kSizeClasses): copied; then reducing collectives out of place; then reducing collectives in place.
+  static constexpr int kPathClasses = 3 * kSizeClasses;
   static int size_class(const MessageTag& tag) noexcept;
   // The smallest call of a size class, in bytes (count times element size).
   static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
@@ -178,14 +184,16 @@ class ShmTransport final : public Transport {
   }
   // The class a lane's frames of the operation `tag` are chosen in.
   static int path_class(int lane, const MessageTag& tag) noexcept {
-    return lane == kIdleLane ? 0 : size_class(tag) + (reducing_collective(tag) ? kSizeClasses : 0);
+    if (lane == kIdleLane) return 0;
+    return size_class(tag) + (!reducing_collective(tag) ? 0 : tag.in_place ? 2 * kSizeClasses : kSizeClasses);
   }
   // The way a class starts (the choice before any timing; both sides compute it): by attach where the probe
-  // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes.
+  // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes (in place:
+  // ring_first_in_place_bytes).
   bool first_attach(int lane, int path_cls) const {
-    if (lane == kBusyLane && path_cls >= kSizeClasses && options_.ring_first_bytes > 0 &&
-        size_class_floor(path_cls - kSizeClasses) >= options_.ring_first_bytes) {
-      return false;
+    if (lane == kBusyLane && path_cls >= kSizeClasses) {
+      const size_t from = path_cls >= 2 * kSizeClasses ? options_.ring_first_in_place_bytes : options_.ring_first_bytes;
+      if (from > 0 && size_class_floor(path_cls % kSizeClasses) >= from) return false;
     }
     return attach_first_;
   }
