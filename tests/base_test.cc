@@ -159,6 +159,10 @@ TEST(Caches, LargestCacheIsTheHighestLevelsDataOrUnifiedOne) {
     EXPECT_EQ(last_level_cache_bytes(), sysfs);
   }
   EXPECT_GT(last_level_cache_bytes(), 0u);
+  // What the stream-copy rule counts on: the kernel's figure, at most 16 MiB per usable core.
+  EXPECT_EQ(cache_share_bytes(),
+            std::min(last_level_cache_bytes(), (size_t{16} << 20) * static_cast<size_t>(usable_cores())));
+  EXPECT_GT(cache_share_bytes(), 0u);
 }
 
 }  // namespace

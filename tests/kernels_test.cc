@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/cpu.h"
 #include "chorus/error.h"
 #include "chorus/types.h"
 #include "kernels/copy.h"
@@ -1067,6 +1068,10 @@ TEST(StreamCopy, PaysOnlyForCopiesOfAMebibyteInAWorkingSetPastTheCache) {
 #if defined(__x86_64__)
   EXPECT_TRUE(kernels::stream_copy_pays(kMiB, huge, -1));
   EXPECT_TRUE(kernels::stream_copy_pays(kMiB, 0, 1));
+  // The line is half the cache this process counts on (the kernel's figure, at most 16 MiB per usable core).
+  const size_t half = base::cache_share_bytes() / 2;
+  EXPECT_FALSE(kernels::stream_copy_pays(kMiB, half, -1));
+  EXPECT_TRUE(kernels::stream_copy_pays(kMiB, half + 1, -1));
   // The creation log's words for each mode.
   EXPECT_NE(kernels::describe_stream_copy(-1).find("where the working set passes"), std::string::npos);
   EXPECT_NE(kernels::describe_stream_copy(0).find("never"), std::string::npos);

@@ -142,6 +142,12 @@ size_t last_level_cache_bytes() noexcept {
   return bytes;
 }
 
+size_t cache_share_bytes() noexcept {
+  static const size_t bytes =
+      std::min(last_level_cache_bytes(), kCachePerCore * static_cast<size_t>(std::max(usable_cores(), 1)));
+  return bytes;
+}
+
 namespace {
 
 // The probe's progress, kept across calls: copy_rate_gbps(enough) may stop early, and a later call that needs

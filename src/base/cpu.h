@@ -26,6 +26,12 @@ int usable_cores() noexcept;
 // The kernel's figure comes first: on some virtual hosts the processor's cache leaf that glibc reads says ten
 // times the real size (an AMD EPYC host with 32 MiB of L3 whose sysconf said 320 MiB).
 size_t last_level_cache_bytes() noexcept;
+// What of the last-level cache this process can count on: last_level_cache_bytes, at most kCachePerCore per
+// usable core. A virtual machine sees its host's whole cache, which other guests share (a 2-CPU guest of an
+// Intel Xeon read 480 MiB; its copies slowed as on a cache of 32-64 MiB); a physical core's share is a few
+// MiB on current processors. Computed once.
+inline constexpr size_t kCachePerCore = size_t{16} << 20;
+size_t cache_share_bytes() noexcept;
 // The largest data or unified cache described under `dir` (index*/ with level, type and size files, as in
 // sysfs, sizes as base::parse_size reads them); 0 if none is readable.
 size_t largest_cache_in(const std::string& dir);

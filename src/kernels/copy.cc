@@ -53,7 +53,7 @@ constexpr size_t kStreamCopyMinBytes = size_t{1} << 20;
 bool stream_copy_pays(size_t copy_bytes, size_t working_set_bytes, int mode) noexcept {
 #if defined(__x86_64__)
   if (copy_bytes < kStreamCopyMinBytes || mode == 0) return false;
-  return mode > 0 || working_set_bytes > base::last_level_cache_bytes() / 2;
+  return mode > 0 || working_set_bytes > base::cache_share_bytes() / 2;
 #else
   (void)copy_bytes;
   (void)working_set_bytes;
@@ -66,8 +66,9 @@ std::string describe_stream_copy(int mode) {
 #if defined(__x86_64__)
   if (mode == 0) return "never streamed (CHORUS_STREAM_COPY=0)";
   if (mode > 0) return "streamed from 1 MiB (CHORUS_STREAM_COPY=1)";
-  return "streamed from 1 MiB where the working set passes " +
-         std::to_string((base::last_level_cache_bytes() / 2) >> 20) + " MiB (half the last-level cache)";
+  return "streamed from 1 MiB where the working set passes " + std::to_string((base::cache_share_bytes() / 2) >> 20) +
+         " MiB (half the last-level cache" +
+         (base::cache_share_bytes() < base::last_level_cache_bytes() ? " this process's cores can count on" : "") + ")";
 #else
   (void)mode;
   return "never streamed (no streaming stores on this architecture)";

@@ -18,7 +18,9 @@ void stream_copy(void* dst, const void* src, size_t n) noexcept;
 // cache (the rings, the peers' data in flight and whatever else runs share it). On the 2-core development
 // host (32 MiB L3), 2-rank shm calls took 0.77-0.94 of their time at 8-16 MiB with the copy streamed, and
 // 1.04 with a 1 MiB copy streamed inside a 6 MiB working set (docs/performance.md, "Streaming copies"). The
-// cache's size is base::last_level_cache_bytes (the kernel's figure: glibc's said 320 MiB on a 32 MiB host).
+// cache's size is base::cache_share_bytes (the kernel's figure, glibc's said 320 MiB on a 32 MiB host, at most
+// 16 MiB per usable core: on a 2-CPU guest that read 480 MiB, 2-rank all_gather and all_to_all of 16-64 MiB
+// took 0.84-0.92 of their time with the copy streamed).
 // `mode` is the communicator's CHORUS_STREAM_COPY: -1 (auto) decides as above, 0 never streams, 1 streams
 // every copy of at least 1 MiB. Always false where stream_copy has no streaming stores (not x86-64).
 bool stream_copy_pays(size_t copy_bytes, size_t working_set_bytes, int mode) noexcept;
