@@ -24,13 +24,15 @@ namespace chorus::transport {
 struct ShmOptions {
   size_t ring_bytes = 1 << 20;         // per inbound ring (one per local peer)
   size_t single_copy_bytes = 64 << 10;  // payloads at least this large use cross-memory attach when allowed
-  // A busy sender's payloads (SenderWork::busy: an exchange, where both ranks copy anyway) go the same way
-  // from this size, below single_copy_bytes too: there one read by attach (a system call, then one copy)
-  // costs less than the ring's two copies, one on each side of the exchange. Such mid-sized frames follow the
-  // way their class has chosen (adapting) and are neither timed nor tried the other way: a few kilobytes read
-  // per KiB like fixed costs, not like the copies the choice weighs (docs/performance.md, "Mid-sized
-  // exchanges by attach"). Idle senders' payloads keep single_copy_bytes, below which a streamed frame's
-  // two copies overlap. CHORUS_SHM_SINGLE_COPY_BUSY_BYTES; at least single_copy_bytes: as idle senders.
+  // An exchange's payloads (SenderWork::exchanged(): both ranks send at once, so both cores copy anyway, and
+  // the sender leaves the buffer as it is until the operation ends) go the same way from this size, below
+  // single_copy_bytes too, where each local rank has a core of its own: there one read by attach (a system
+  // call, then one copy) costs less than the ring's two copies, one on each side. Such mid-sized frames follow
+  // the way their class has chosen (adapting) and are neither timed nor tried the other way: a few kilobytes
+  // read per KiB like fixed costs, not like the copies the choice weighs (docs/performance.md, "Mid-sized
+  // exchanges by attach"). Other payloads keep single_copy_bytes: where the receiver only waits, the ring's
+  // two copies overlap the handoff. CHORUS_SHM_SINGLE_COPY_BUSY_BYTES; at least single_copy_bytes: exchanges
+  // as other sends.
   size_t single_copy_busy_bytes = 8 << 10;
   // Cross-memory attach (CHORUS_SHM_CMA): 1 wherever the kernel allows it, 0 never, -1 (auto) where the
   // host's lowest local rank measures at creation that an attach read costs less than kAttachPaysBelow
