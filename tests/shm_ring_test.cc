@@ -440,11 +440,12 @@ TEST(PathChoice, AnIdleSendersFrameThroughTheRingCostsTheSlowerCopy) {
 
 // An exchange's frames are chosen for per size class of the operation (its count times its element size):
 // under 1 MiB, then by factors of 4 up to the last class, from 64 MiB; the frames of reducing collectives apart
-// from the rest, and those of in-place reducing calls apart again. An idle sender's frames share one choice.
+// from the rest, and in-place calls of those apart again (all_reduce apart from reduce_scatter and reduce). An
+// idle sender's frames share one choice.
 TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
   using T = transport::ShmTransport;
   ASSERT_EQ(T::kSizeClasses, 5);
-  ASSERT_EQ(T::kPathClasses, 15);
+  ASSERT_EQ(T::kPathClasses, 20);
   auto cls = [](uint64_t count, DataType type) {
     transport::MessageTag tag;
     tag.count = count;
@@ -458,8 +459,9 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
     for (auto op : {transport::OpKind::AllReduce, transport::OpKind::ReduceScatter, transport::OpKind::Reduce}) {
       tag.op = op;
       EXPECT_EQ(T::path_class(T::kBusyLane, tag), T::kSizeClasses + size) << transport::op_kind_name(op);
-      tag.in_place = true;  // reducing in place: apart again
-      EXPECT_EQ(T::path_class(T::kBusyLane, tag), 2 * T::kSizeClasses + size) << transport::op_kind_name(op);
+      tag.in_place = true;  // in place: apart again, all_reduce apart from the other two
+      EXPECT_EQ(T::path_class(T::kBusyLane, tag), (op == transport::OpKind::AllReduce ? 2 : 3) * T::kSizeClasses + size)
+          << transport::op_kind_name(op);
       EXPECT_EQ(T::path_class(T::kIdleLane, tag), 0) << transport::op_kind_name(op);
       tag.in_place = false;
     }
@@ -488,8 +490,8 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
 }
 
 // Each class starts on its own: the probe's choice, except a reducing collective's calls from
-// CHORUS_SHM_RING_FIRST_BYTES (4 MiB by default), and in place from CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB),
-// which start through the rings. A class sends its first 8
+// CHORUS_SHM_RING_FIRST_BYTES (4 MiB by default), and the in-place all_reduce's from
+// CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB), which start through the rings. A class sends its first 8
 // large frames its first way, then tries 5 the other way, and the next try comes at least 256 frames later, so
 // at least 16 of a class's first 32 frames go its first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of
 // 512 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.

@@ -72,8 +72,7 @@ struct MessageTag {
   bool has_reduce_op = false;
   // This rank's call is in its collective's in-place form (core::CollCall::in_place: all_reduce send == recv,
   // reduce_scatter recv == send + rank * count, ...; false for the rooted collectives). Not in the frame: the
-  // shm transport chooses the way of a reducing collective's frames apart for in-place calls
-  // (ShmTransport::path_class).
+  // shm transport chooses the way of an in-place all_reduce's frames apart (ShmTransport::path_class).
   bool in_place = false;
 };
 

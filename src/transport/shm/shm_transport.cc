@@ -1008,12 +1008,12 @@ void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, b
     };
     static constexpr const char* kClassNames[kSizeClasses] = {"under 1 MiB", "of 1-4 MiB", "of 4-16 MiB",
                                                               "of 16-64 MiB", "from 64 MiB"};
-    const std::string what = lane == kIdleLane ? std::string(" from an idle sender")
-                                               : fmt::format(" in {}operations {}",
-                                                             path_cls >= 2 * kSizeClasses ? "reducing in-place "
-                                                             : path_cls >= kSizeClasses   ? "reducing "
-                                                                                          : "",
-                                                             kClassNames[path_cls % kSizeClasses]);
+    static constexpr const char* kGroupNames[kPathClasses / kSizeClasses] = {"", "reducing ", "in-place all_reduce ",
+                                                                             "in-place reducing "};
+    const std::string what = lane == kIdleLane
+                                 ? std::string(" from an idle sender")
+                                 : fmt::format(" in {}operations {}", kGroupNames[path_cls / kSizeClasses],
+                                               kClassNames[path_cls % kSizeClasses]);
     base::log_info(
         "rank {}: rank {}'s large payloads{} now {} (ns per KiB, ring/attach: copied {}/{}, "
         "reduced {}/{}){}",

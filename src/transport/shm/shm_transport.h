@@ -64,9 +64,12 @@ struct ShmOptions {
   // Through the rings it takes 1.4 every time, at the cost of 4 MiB (1.08 times attach's time).
   // 0: every class starts as the probe says (CHORUS_SHM_RING_FIRST_BYTES).
   size_t ring_first_bytes = size_t{4} << 20;
-  // The same for in-place calls, which are chosen for apart (ShmTransport::path_class): in place the rings
-  // served 2-rank all_reduce of 1, 2 and 8 MiB in 0.69-0.88 of the time by attach (4 MiB 1.09), and
-  // reduce_scatter of 4-16 MiB in 0.58-0.63 (2 MiB 1.54) (docs/performance.md, "Reducing calls through the
+  // The same for in-place all_reduce, chosen for apart (ShmTransport::path_class): it sends from the buffer
+  // it then reduces into, and there the rings served the 2-rank calls of 1, 2 and 8 MiB in 0.69-0.88 of the
+  // time by attach (4 MiB 1.09), where out of place they took 0.97-1.02 of it. The other in-place reducing
+  // calls are chosen for apart too, from ring_first_bytes: the in-place reduce_scatter took 1.54 times as long
+  // through the rings at 2 MiB, and 0.63 from 4 MiB, and in one class with the out-of-place calls it followed
+  // their choice (4 MiB: 472 us against 312 in its own) (docs/performance.md, "Reducing calls through the
   // rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
   size_t ring_first_in_place_bytes = size_t{1} << 20;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
@@ -176,8 +179,10 @@ class ShmTransport final : public Transport {
   // last. An idle sender's frames (kIdleLane) share one class: through the ring its copy overlaps with the
   // receiver's at any size.
   static constexpr int kSizeClasses = 5;
-  // [0, kSizeClasses): copied; then reducing collectives out of place; then reducing collectives in place.
-  static constexpr int kPathClasses = 3 * kSizeClasses;
+  // [0, kSizeClasses): copied; then reducing collectives out of place; in-place all_reduce; the other
+  // in-place reducing calls (kReducingGroup..., each kSizeClasses wide).
+  static constexpr int kReducingGroup = 1, kInPlaceAllReduceGroup = 2, kInPlaceReducingGroup = 3;
+  static constexpr int kPathClasses = 4 * kSizeClasses;
   static int size_class(const MessageTag& tag) noexcept;
   // The smallest call of a size class, in bytes (count times element size).
   static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
@@ -187,14 +192,19 @@ class ShmTransport final : public Transport {
   // The class a lane's frames of the operation `tag` are chosen in.
   static int path_class(int lane, const MessageTag& tag) noexcept {
     if (lane == kIdleLane) return 0;
-    return size_class(tag) + (!reducing_collective(tag) ? 0 : tag.in_place ? 2 * kSizeClasses : kSizeClasses);
+    if (!reducing_collective(tag)) return size_class(tag);
+    const int group = !tag.in_place                 ? kReducingGroup
+                      : tag.op == OpKind::AllReduce ? kInPlaceAllReduceGroup
+                                                    : kInPlaceReducingGroup;
+    return size_class(tag) + group * kSizeClasses;
   }
   // The way a class starts (the choice before any timing; both sides compute it): by attach where the probe
-  // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes (in place:
+  // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes (in-place all_reduce:
   // ring_first_in_place_bytes).
   bool first_attach(int lane, int path_cls) const {
     if (lane == kBusyLane && path_cls >= kSizeClasses) {
-      const size_t from = path_cls >= 2 * kSizeClasses ? options_.ring_first_in_place_bytes : options_.ring_first_bytes;
+      const size_t from = path_cls / kSizeClasses == kInPlaceAllReduceGroup ? options_.ring_first_in_place_bytes
+                                                                            : options_.ring_first_bytes;
       if (from > 0 && size_class_floor(path_cls % kSizeClasses) >= from) return false;
     }
     return attach_first_;
