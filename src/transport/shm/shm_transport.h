@@ -176,8 +176,10 @@ class ShmTransport final : public Transport {
   // for collectives that reduce (all_reduce, reduce_scatter, reduce), whose receivers reduce from the ring in
   // one pass but copy an attach read aside first. The size class is the call's count times its element size,
   // from the frame's fingerprint, which both sides have: below 1 MiB, then by factors of 4, from 64 MiB the
-  // last. An idle sender's frames (kIdleLane) share one class: through the ring its copy overlaps with the
-  // receiver's at any size.
+  // last. In-place reducing calls go apart again (path_class), by each rank's own call (MessageTag::in_place,
+  // not in the frame: ranks whose calls differ in form still move every byte right, each side then choosing
+  // in a different class). An idle sender's frames (kIdleLane) share one class: through the ring its copy
+  // overlaps with the receiver's at any size.
   static constexpr int kSizeClasses = 5;
   // [0, kSizeClasses): copied; then reducing collectives out of place; in-place all_reduce; the other
   // in-place reducing calls (kReducingGroup..., each kSizeClasses wide).
