@@ -629,6 +629,47 @@ TEST(CrossMemoryAttach, MidSizedExchangesGoByAttachAndTheRestThroughTheRings) {
   }
 }
 
+// Each rank chooses by its own call's form (MessageTag::in_place is not in the frame): where one rank's
+// all_reduce is in place and the other's is not, their classes start differently (1 MiB: the in-place one
+// through the rings, the other as the probe says) and the frames of one pair go both ways. Every byte arrives
+// as sent, call after call, whichever way each frame went.
+TEST(AdaptivePath, RanksWhoseCallsDifferInFormStillAgreeOnEveryByte) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv algo("CHORUS_ALGO", "allreduce:ring;reducescatter:pairwise");
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    for (size_t count : {(size_t{1} << 20) / sizeof(float), (size_t{4} << 20) / sizeof(float)}) {
+      std::vector<float> a(2 * count), b(2 * count);
+      for (int m = 0; m < 6; ++m) {
+        for (size_t i = 0; i < 2 * count; ++i) a[i] = value(r, m, i);
+        // Rank 0 in place, rank 1 out of place.
+        if (r == 0) {
+          comm.all_reduce(a.data(), a.data(), count, DataType::Float32, ReduceOp::Sum);
+        } else {
+          comm.all_reduce(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+        }
+        const float* got = r == 0 ? a.data() : b.data();
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(got[i], value(0, m, i) + value(1, m, i)) << "rank " << r << ", count " << count << ", call " << m;
+        }
+        // reduce_scatter the other way round: rank 1 in place (its output is its input's block 1).
+        for (size_t i = 0; i < 2 * count; ++i) a[i] = value(r, m, i);
+        if (r == 1) {
+          comm.reduce_scatter(a.data(), a.data() + count, count, DataType::Float32, ReduceOp::Sum);
+        } else {
+          comm.reduce_scatter(a.data(), b.data(), count, DataType::Float32, ReduceOp::Sum);
+        }
+        const float* mine = r == 1 ? a.data() + count : b.data();
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(mine[i], value(0, m, r * count + i) + value(1, m, r * count + i))
+              << "rank " << r << ", count " << count << ", call " << m;
+        }
+      }
+    }
+  });
+}
+
 // An idle sender's large frames (an in-place broadcast's root of at least CHORUS_SHM_STREAM_IDLE_BYTES) go in a
 // lane of their own, which the receiver chooses for apart from the rest; an exchange's frames and an
 // out-of-place root's (busy copying into its own output) do not. Every byte arrives as sent whichever way.
