@@ -853,6 +853,10 @@ int ShmTransport::size_class(const MessageTag& tag) noexcept {
 
 bool ShmTransport::current_attach(const Peer& p, int lane, int path_cls) const {
   const uint32_t asked = p.segment->ring(peers_[rank_].local).path[lane][path_cls].load(std::memory_order_relaxed);
+  return asked_attach(asked, lane, path_cls);
+}
+
+bool ShmTransport::asked_attach(uint32_t asked, int lane, int path_cls) const {
   return (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
 }
 
@@ -864,8 +868,7 @@ bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
   }
   const Ring& ring = p.segment->ring(peers_[rank_].local);
   const uint32_t asked = ring.path[lane][path_cls].load(std::memory_order_relaxed);
-  const bool attach =
-      (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
+  const bool attach = asked_attach(asked, lane, path_cls);
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
   // large frame after the first kWarmFrames (which the receiver does not time either), then after at least

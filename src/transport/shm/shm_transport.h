@@ -299,6 +299,8 @@ class ShmTransport final : public Transport {
   bool attach_to(Peer& p, int lane, int path_cls);
   // The way a class goes now (adapting), without counting a frame towards its next try.
   bool current_attach(const Peer& p, int lane, int path_cls) const;
+  // The way a receiver's path word `asked` says, or the class's first way while it says none.
+  bool asked_attach(uint32_t asked, int lane, int path_cls) const;
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
