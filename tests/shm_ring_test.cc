@@ -491,11 +491,11 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
 
 // Each class starts on its own: the probe's choice, except a reducing collective's calls from
 // CHORUS_SHM_RING_FIRST_BYTES (4 MiB by default), and the in-place all_reduce's from
-// CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB), which start through the rings. A class sends its first 8
-// large frames its first way, then tries 5 the other way, and the next try comes at least 256 frames later, so
-// at least 16 of a class's first 32 frames go its first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of
-// 512 KiB each way per call, a 16 MiB one 32 (16 per phase), and a 2-rank all_gather of 16 MiB per rank 32.
-// Every byte arrives as sent.
+// CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB), which start through the rings. A class sends its first large
+// frames its first way (at least 8, and its first 5 calls' worth: ShmTransport::Warmth), then tries 5 the other
+// way, and the next try comes at least 256 frames later, so at least 16 of a class's first 32 frames go its
+// first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of 512 KiB each way per call, a 16 MiB one 32 (16 per
+// phase), and a 2-rank all_gather of 16 MiB per rank 32. Every byte arrives as sent.
 TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSays) {
   ScopedEnv cma("CHORUS_SHM_CMA", "auto");
   ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
@@ -553,6 +553,84 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
       EXPECT_GE(probe_attach ? attach : ring, 16u) << "rank " << r;
     });
   }
+}
+
+// A class neither times nor tries the other way during its warm-up: at least ShmTransport::kWarmFrames large
+// frames, and its first kWarmCalls calls' worth of bytes (a page read by attach for the first times costs
+// more than later), counted again from a call larger than any before it in the class. The idle lane warms by
+// frames alone (warm_bytes 0).
+TEST(PathChoice, AClassWarmsOverItsFirstCallsAndAgainAtALargerOne) {
+  using T = transport::ShmTransport;
+  auto warm_frames = [](T::Warmth& w, uint64_t& frames, size_t frame, uint64_t call) {
+    uint64_t warm = 0;
+    for (int i = 0; i < 100000 && w.warming(++frames, frame, call); ++i) ++warm;
+    return warm;
+  };
+  const size_t frame = size_t{512} << 10;
+  T::Warmth w;
+  uint64_t frames = 0;
+  // Calls of 4 MiB, 8 frames each: the first 5 calls' 40 frames warm, the 41st is timed.
+  EXPECT_EQ(warm_frames(w, frames, frame, uint64_t{4} << 20), T::kWarmCalls * 8);
+  EXPECT_FALSE(w.warming(++frames, frame, uint64_t{4} << 20)) << "warm once";
+  EXPECT_FALSE(w.warming(++frames, frame, uint64_t{1} << 20)) << "a smaller call does not warm again";
+  // A call of 8 MiB, larger than any before: its first 5 calls' 80 frames warm again (the frame that found
+  // it warming counted among them).
+  EXPECT_EQ(warm_frames(w, frames, frame, uint64_t{8} << 20), T::kWarmCalls * 16);
+  // Small calls: at least kWarmFrames frames.
+  T::Warmth small;
+  uint64_t small_frames = 0;
+  EXPECT_EQ(warm_frames(small, small_frames, size_t{64} << 10, uint64_t{64} << 10), T::kWarmFrames);
+  // The idle lane warms by frames alone.
+  transport::MessageTag tag;
+  tag.count = uint64_t{16} << 20;
+  tag.dtype = DataType::Float32;
+  EXPECT_EQ(T::warm_bytes(T::kBusyLane, tag), uint64_t{64} << 20);
+  EXPECT_EQ(T::warm_bytes(T::kIdleLane, tag), 0u);
+  T::Warmth idle;
+  uint64_t idle_frames = 0;
+  EXPECT_EQ(warm_frames(idle, idle_frames, frame, T::warm_bytes(T::kIdleLane, tag)), T::kWarmFrames);
+}
+
+// The two ranks of an exchange go one way, as the lower rank's receiver chooses: its frames to the higher rank
+// go the way the higher rank's frames last came (TrafficCounters::paired_frames, all of them after the first
+// call), and the higher rank leaves them untimed, so its own choice never changes, while the lower rank's is
+// free to (tries as often as the frame counts allow: CHORUS_SHM_EXPLORE_US=0). Every byte arrives as sent,
+// whichever way each frame went.
+TEST(AdaptivePath, AnExchangesLowerRankChoosesForBothDirections) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv explore("CHORUS_SHM_EXPLORE_US", "0");
+  ScopedEnv algo("CHORUS_ALGO", "allgather:bruck");
+  const size_t count = (size_t{1} << 20) / sizeof(float);  // 2 frames of 512 KiB each way per call
+  constexpr int kCalls = 300;
+  run_world(2, shm_options(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    if (!comm.adapts_single_copy()) {  // one core for both ranks: nothing adapts, nothing pairs
+      EXPECT_GT(comm.ranks_per_core(), 1.0);
+      return;
+    }
+    std::vector<float> a(count), b(2 * count);
+    const TrafficCounters before = comm.traffic();
+    for (int m = 0; m < kCalls; ++m) {
+      for (size_t i = 0; i < count; ++i) a[i] = value(r, m, i);
+      comm.all_gather(a.data(), b.data(), count, DataType::Float32);
+      for (int q = 0; q < 2; ++q) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(b[static_cast<size_t>(q) * count + i], value(q, m, i)) << "rank " << r << ", call " << m;
+        }
+      }
+    }
+    const TrafficCounters after = comm.traffic();
+    const uint64_t frames = after.ring_large_frames + after.attach_reads - before.ring_large_frames -
+                            before.attach_reads;
+    EXPECT_EQ(frames, 2u * kCalls) << "rank " << r;
+    if (r == 0) {
+      EXPECT_EQ(after.paired_frames - before.paired_frames, 2u * (kCalls - 1));
+    } else {
+      EXPECT_EQ(after.paired_frames - before.paired_frames, 0u);
+      EXPECT_EQ(after.path_switches - before.path_switches, 0u) << "rank 1 times only rank 0's first call";
+    }
+  });
 }
 
 // Mid-sized payloads (CHORUS_SHM_SINGLE_COPY_BUSY_BYTES, 8 KiB, up to the 64 KiB single-copy size) go by

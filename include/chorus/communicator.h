@@ -125,6 +125,11 @@ struct TrafficCounters {
   // completed (an in-place broadcast's root, a reduce leaf); the receiver chooses their way apart from the rest,
   // since through the rings such a sender copies in while the receiver copies out (CHORUS_SHM_ADAPT).
   uint64_t idle_sender_frames = 0;
+  // Shared memory only: frames of exchanges (both ranks sending to each other at once: all_gather, all_to_all,
+  // reduce_scatter, ...) that this rank sent to a higher-ranked peer the way that peer's frames came to it, so
+  // that both directions go one way, as this rank's choice says (CHORUS_SHM_ADAPT; docs/design.md, "An exchange
+  // goes one way"). A higher rank sends none.
+  uint64_t paired_frames = 0;
 };
 
 // What the most recent operation on a communicator did.

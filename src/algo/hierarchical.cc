@@ -115,13 +115,15 @@ Place place_of(const Topology& topo, int rank) {
 // This rank's own block is sent from its input (see OwnBlock).
 void exchange_blocks(OpContext& g, char* base, size_t block, const OwnBlock& own, const std::vector<int>& mine,
                      const std::vector<std::vector<int>>& theirs) {
+  // Every rank sends to every other as it receives from them, from blocks that stay as they are until the
+  // operation ends (its own input, or final blocks of the output): an exchange (SenderWork::exchanged).
   Prims prims(g);
   for (int k = 1; k < g.size; ++k) {
     int to = mod(g.rank + k, g.size);
     for (int b : mine)
       for (size_t off = 0; off < block; off += g.slice_bytes) {
         const size_t at = static_cast<size_t>(b) * block + off, len = std::min(g.slice_bytes, block - off);
-        prims.send(to, own.source(at, len), len);
+        prims.send(to, own.source(at, len), len, transport::SenderWork::exchanged());
       }
   }
   for (int k = 1; k < g.size; ++k) {

@@ -79,14 +79,18 @@ void all_gather_ring(OpContext& c, const void* send, void* recv, size_t count) {
   if (mine != out + static_cast<size_t>(ring.rank) * block) {
     local_copy(c, out + static_cast<size_t>(ring.rank) * block, mine, block, block * static_cast<size_t>(n + 1));
   }
-  // Step t sends block r-t and receives block r-t-1 straight into place.
-  for_each_slice(0, block, c.slice_bytes, [&](size_t off, size_t len) { prims.send(ring.right, mine + off, len); });
+  // Step t sends block r-t and receives block r-t-1 straight into place. Every block sent stays as it is until
+  // the operation ends (the input's, or a final block of the output), and every rank sends as it receives: an
+  // exchange (SenderWork::exchanged).
+  for_each_slice(0, block, c.slice_bytes, [&](size_t off, size_t len) {
+    prims.send(ring.right, mine + off, len, transport::SenderWork::exchanged());
+  });
   for (int t = 0; t < n - 1; ++t) {
     int seg = mod(ring.rank - t - 1, n);
     bool forward = t + 1 < n - 1;
     for_each_slice(static_cast<size_t>(seg) * block, block, c.slice_bytes, [&](size_t off, size_t len) {
       prims.recv(ring.left, out + off, len);
-      if (forward) prims.send(ring.right, out + off, len);
+      if (forward) prims.send(ring.right, out + off, len, transport::SenderWork::exchanged());
     });
   }
   prims.flush();

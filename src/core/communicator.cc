@@ -1294,6 +1294,7 @@ TrafficCounters Communicator::traffic() const {
   t.ring_large_frames = w.ring_large_frames;
   t.path_switches = w.path_switches;
   t.idle_sender_frames = w.idle_sender_frames;
+  t.paired_frames = w.paired_frames;
   return t;
 }
 

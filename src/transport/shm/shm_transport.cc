@@ -45,6 +45,12 @@ constexpr size_t kPrefetchLines = 8;            // payload lines a wait for a fr
 constexpr uint32_t kTrailerLine = 1;
 // FrameHeader::reserved1 bit: a large frame of the idle lane (ShmTransport::kIdleLane; adapt only).
 constexpr uint32_t kIdleSenderFrame = 2;
+// FrameHeader::reserved1 bit: a large frame of an exchange (SenderWork::exchange; adapt only), which its receiver
+// times from the start of its wait for the frame (ShmTransport::receive).
+constexpr uint32_t kExchangeFrame = 4;
+// FrameHeader::reserved1 bit: an exchange's frame that went the way the peer's own frames last came (adapt only;
+// ShmTransport::paired_way): its receiver leaves it untimed, the choice being the sender's.
+constexpr uint32_t kPairedFrame = 8;
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
 constexpr uint64_t kProbeValue = 0x5eed5eed5eed5eedull;  // what the cross-memory and registered probes read
 constexpr uint8_t kFlagRemote = 0x80;           // FrameHeader::flags bit: the body is a descriptor
@@ -755,6 +761,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   std::optional<RegionRef> region;
   bool remote = false;
   bool idle_lane = false;
+  bool paired = false;
   // Mid-sized payloads by attach only for exchanges (SenderWork::exchange), and only where each local rank has
   // a core of its own: where the ranks outnumber the cores, a rendezvous (the sender waits for its receiver's
   // read) costs switches between them that the ring's buffered send does not (4 ranks on 2 cores: all_reduce
@@ -774,16 +781,27 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
     const bool stream = stream_idle_ && work.idle_bytes > 0 &&
                         (work.receiver_reduces || work.idle_bytes >= options_.stream_idle_bytes);
     idle_lane = adapt_ && stream && !region.has_value();
-    if (len < options_.single_copy_bytes) {
+    const std::optional<bool> pair_way =
+        adapt_ && busy && !region.has_value() ? paired_way(peer, path_class(kBusyLane, tag)) : std::nullopt;
+    if (pair_way.has_value()) {
+      paired = true;
+      remote = *pair_way;
+      ++waits_.paired_frames;
+    } else if (len < options_.single_copy_bytes) {
       // A mid-sized exchange frame (single_copy_busy_bytes): the way its class goes, untimed, untried.
       remote = region.has_value() ||
                (adapt_ ? current_attach(p, kBusyLane, path_class(kBusyLane, tag)) : cma_ && attach_first_);
     } else {
       remote = region.has_value() || (adapt_ ? attach_to(p, idle_lane ? kIdleLane : kBusyLane,
-                                                         path_class(idle_lane ? kIdleLane : kBusyLane, tag))
+                                                         path_class(idle_lane ? kIdleLane : kBusyLane, tag), len,
+                                                         warm_bytes(idle_lane ? kIdleLane : kBusyLane, tag))
                                              : cma_ && !stream && attach_first_);
     }
   }
+  // The header's word for the receiver's timing (adapting): an exchange's large frame, and whether it went the
+  // way our own receiver chose for the pair.
+  const uint32_t marks = (adapt_ && busy && len >= options_.single_copy_bytes ? kExchangeFrame : 0) |
+                         (idle_lane ? kIdleSenderFrame : 0) | (paired ? kPairedFrame : 0);
   if (!remote && p.queue.empty()) {
     // Fast path (every small message): nothing queued ahead and the whole frame fits, so it goes into the
     // ring now, without a queue entry.
@@ -803,11 +821,11 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
         // The header never wraps: it is composed where it goes, eight stores, rather than built aside and copied.
         encode_header(
             ring_data + at, FrameKind::Data, tag, len, comm_tag_, rank_,
-            (trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0) | (idle_lane ? kIdleSenderFrame : 0));
+            (trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0) | marks);
       } else {
         FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
-        if (idle_lane) {
-          header.reserved1 |= kIdleSenderFrame;
+        if (marks != 0) {
+          header.reserved1 |= marks;
           header.checksum = header_checksum(header);
         }
         put_ring(ring_data, head, reinterpret_cast<const char*>(&header), sizeof(FrameHeader));
@@ -832,12 +850,12 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
             p.posted, region};
   r.remote = remote;
-  if (idle_lane) r.header.reserved1 |= kIdleSenderFrame;
+  r.header.reserved1 |= marks;
   if (r.remote) {
     r.header.flags |= kFlagRemote;
     p.last_remote = p.posted + 1;
   }
-  if (idle_lane || r.remote) r.header.checksum = header_checksum(r.header);
+  if (marks != 0 || r.remote) r.header.checksum = header_checksum(r.header);
   p.queue.push_back(r);
   SendHandle h{peer, p.posted++};
   if (p.queue.size() == 1) write_some(peer);
@@ -851,6 +869,13 @@ int ShmTransport::size_class(const MessageTag& tag) noexcept {
   return c;
 }
 
+std::optional<bool> ShmTransport::paired_way(int peer, int path_cls) const {
+  if (peer < rank_) return std::nullopt;
+  const PathChoice& c = peers_[peer].path[kBusyLane][path_cls];
+  if (c.frames == 0) return std::nullopt;
+  return c.last_attach;
+}
+
 bool ShmTransport::current_attach(const Peer& p, int lane, int path_cls) const {
   const uint32_t asked = p.segment->ring(peers_[rank_].local).path[lane][path_cls].load(std::memory_order_relaxed);
   return asked_attach(asked, lane, path_cls);
@@ -860,7 +885,7 @@ bool ShmTransport::asked_attach(uint32_t asked, int lane, int path_cls) const {
   return (asked & kPathWay) == kPathUnset ? first_attach(lane, path_cls) : (asked & kPathWay) == kPathAttach;
 }
 
-bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
+bool ShmTransport::attach_to(Peer& p, int lane, int path_cls, size_t len, uint64_t call_bytes) {
   Exploration& e = p.explore[lane][path_cls];
   if (e.left > 0) {
     --e.left;
@@ -871,7 +896,7 @@ bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
   const bool attach = asked_attach(asked, lane, path_cls);
   // Now and then kExploreFrames + 1 frames in a row go the other way (the receiver does not time the first,
   // which finds the caches set for the other way), so that the receiver's figure for it stays current: the
-  // large frame after the first kWarmFrames (which the receiver does not time either), then after at least
+  // large frame after the class's warm-up (Warmth: the receiver does not time those either), then after at least
   // kExploreSpacing large frames (kExploreSpacingClear where the last try was far slower), 50 ms, 100, 200,
   // ... up to explore_us, and the ring's hold_tries_until. The frame count bounds what trying a slow way costs
   // in a busy channel, the interval in a long run, the hold whatever the frames' size (a clock read per large
@@ -879,9 +904,8 @@ bool ShmTransport::attach_to(Peer& p, int lane, int path_cls) {
   // (kPathRetry), the next try comes after kRetrySpacing frames, without waiting.
   ++e.large_frames;
   const bool retry = (asked & kPathRetry) != 0;
-  if (e.count == 0) {
-    if (e.large_frames <= kWarmFrames) return attach;
-  } else {
+  if (e.warmth.warming(e.large_frames, len, call_bytes)) return attach;
+  if (e.count > 0) {
     const uint64_t spacing = retry ? kRetrySpacing : (asked & kPathClear) ? kExploreSpacingClear : kExploreSpacing;
     if (e.large_frames < e.tried_at + kExploreFrames + 1 + spacing) return attach;
   }
@@ -954,7 +978,7 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
 }
 
 void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
-                               std::chrono::steady_clock::duration took, bool streamed) {
+                               uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
   // last bytes) adds to ours out, or for an idle sender, which copies its next frame in meanwhile, the slower
@@ -970,7 +994,7 @@ void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, b
   const bool transition = c.frames > 0 && c.last_attach != by_attach;
   c.last_attach = by_attach;
   if (c.frames < UINT32_MAX) ++c.frames;
-  if (c.frames <= kWarmFrames) return;
+  if (c.warmth.warming(c.frames, len, call_bytes)) return;
   if (transition) {
     if (by_attach != c.attach) {  // a try begins
       ++c.tries;
@@ -1243,6 +1267,9 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
         deadline, peer, "data", &tag);
     get(tail, reinterpret_cast<char*>(&h), sizeof(h));
   };
+  // An exchange's large frame is timed from here, the start of our wait for it (kExchangeFrame, below).
+  const auto wait_started = adapt_ && len >= options_.single_copy_bytes ? std::chrono::steady_clock::now()
+                                                                         : std::chrono::steady_clock::time_point{};
   FrameHeader h;
   next_header(h);
   // The producer went back to the ring's start (see rewind): skip the rest of the lap. The pad and the frame
@@ -1270,7 +1297,11 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   // Adapting (adapt_), a large frame is timed from its header on: by attach the read; through the ring our
   // copy out (plus the producer's copy in, timed_frame), or where it streamed the whole time to its end.
   const bool large = len >= options_.single_copy_bytes;
-  const bool timed = adapt_ && large;
+  const bool timed = adapt_ && large && (h.reserved1 & kPairedFrame) == 0;
+  // An exchange's frame costs what we waited for it too (kExchangeFrame): through the rings the peer copies
+  // each piece in between its other work (an all_gather's own block: meanwhile we wait), by attach nothing
+  // waits for the frame (its descriptor went out first).
+  const bool exchange = timed && (h.reserved1 & kExchangeFrame) != 0;
   const auto started = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   std::chrono::steady_clock::duration waited{};  // for the producer, within a frame through the ring
   // After a frame of more payload lines than kPrefetchLines (or a descriptor), the next wait prefetches one.
@@ -1309,8 +1340,8 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
       if (timed) {  // the header's fingerprint matched `tag`'s, whose class it is
-        timed_frame(peer, lane, path_class(lane, tag), reduces, true, len, std::chrono::steady_clock::now() - started,
-                    false);
+        timed_frame(peer, lane, path_class(lane, tag), reduces, true, len, warm_bytes(lane, tag),
+                    std::chrono::steady_clock::now() - (exchange ? wait_started : started), false);
       }
     }
     tail += kDescriptorBytes;
@@ -1345,9 +1376,21 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
     // A frame that streamed (we waited for the producer within it) cost what the two copies took side by side:
     // the time from its header to its end. One that was whole in the ring when we came cost both copies.
     if (timed) {
-      const auto wall = std::chrono::steady_clock::now() - started;
+      const auto end = std::chrono::steady_clock::now();
+      const auto wall = end - started;
       const bool streamed = waited > std::chrono::steady_clock::duration::zero();
-      timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, streamed ? wall : wall - waited, streamed);
+      if (exchange) {
+        // From the start of our wait; at least our copy out plus the producer's copy in (had the frame all come
+        // before we looked, its copy in is in no wait of ours).
+        const double producer =
+            self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) * len / 1024.0;
+        const auto both = wall - waited + std::chrono::nanoseconds(static_cast<int64_t>(producer));
+        timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, warm_bytes(lane, tag),
+                    std::max<std::chrono::steady_clock::duration>(end - wait_started, both), true);
+      } else {
+        timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, warm_bytes(lane, tag),
+                    streamed ? wall : wall - waited, streamed);
+      }
     }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)

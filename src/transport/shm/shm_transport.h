@@ -134,6 +134,31 @@ class ShmTransport final : public Transport {
   // on fresh 4 KiB pages (as a user's heap buffers): the read's cost in copies. 0 if the read fails. About
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
+  static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
+  // Nor, in each class, those of its first kWarmCalls calls' worth of bytes (the call's count times its element
+  // size, from the frame's fingerprint; at least kWarmFrames frames): a page read by cross-memory attach for
+  // the first times costs more than later (on the fifth host, fresh buffers of a 2-rank all_gather of 16 MiB
+  // took 3.0 and 2.5 ms for their first two calls by attach, then 1.5-1.8; per frame 250 ns per KiB falling to
+  // 100-115 by the fifth call), where the rings' copies do not: timed then, a try of the rings looked 1.5-2.5
+  // times cheaper than attach and moved the class onto them for good, 1.2 times slower per call
+  // (docs/performance.md, "An exchange goes one way"). Neither side times nor tries the other way before.
+  // A call larger than any before it in its class starts that count again (its buffers reach pages no call of
+  // the class read before: a 2-rank all_gather sweep moved from 8 to 16 MiB, still in one class, and a try
+  // of the rings then met attach's first reads of the new pages).
+  static constexpr uint64_t kWarmCalls = 5;
+  struct Warmth {
+    uint64_t bytes = 0;       // large bytes since the class's largest call so far began
+    uint64_t largest = 0;     // that call's bytes
+    // Counts a frame of `len` bytes of a call of `call_bytes` (warm_bytes); true while the class is still warming.
+    bool warming(uint64_t frames, size_t len, uint64_t call_bytes) {
+      if (call_bytes > largest) {
+        largest = call_bytes;
+        bytes = 0;
+      }
+      bytes += len;
+      return frames <= kWarmFrames || bytes <= kWarmCalls * call_bytes;
+    }
+  };
   // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
   // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces.
   // It moves to the other way only where that costs under kSwitchBelow of the current one, summed over the
@@ -154,6 +179,7 @@ class ShmTransport final : public Transport {
     uint32_t published = 0;      // the word last stored in the ring's `path` (timed_frame)
     bool last_attach = false;    // the way the last large frame came (timed_frame)
     uint32_t frames = 0;         // large frames that came
+    Warmth warmth;               // of the large frames that came
     // Adds one frame's timing; returns true if the choice changed. The caller counts tries (tries,
     // tried_samples): a change needs the figures of two tries to show it.
     bool add(bool reduces, bool by_attach, double ns_per_kib_sample);
@@ -186,6 +212,13 @@ class ShmTransport final : public Transport {
   static constexpr int kReducingGroup = 1, kInPlaceAllReduceGroup = 2, kInPlaceReducingGroup = 3;
   static constexpr int kPathClasses = 4 * kSizeClasses;
   static int size_class(const MessageTag& tag) noexcept;
+  // The call bytes a lane's class warms by (Warmth): the call's count times its element size, from the frame's
+  // fingerprint, in the busy lane; 0 in the idle lane, which warms by kWarmFrames alone: there the rings stream
+  // (both cores copy) against the receiver's attach read, and with the longer warm-up the 2-rank in-place
+  // broadcast of 2-4 MiB, whose lane moves to the rings during those rows, took 1.33-1.42 times as long.
+  static uint64_t warm_bytes(int lane, const MessageTag& tag) noexcept {
+    return lane == kBusyLane ? tag.count * dtype_size(tag.dtype) : 0;
+  }
   // The smallest call of a size class, in bytes (count times element size).
   static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
   static bool reducing_collective(const MessageTag& tag) noexcept {
@@ -224,6 +257,7 @@ class ShmTransport final : public Transport {
     uint32_t count = 0;                          // tries made
     uint32_t left = 0;                           // frames still to go the other way, as `attach` says
     uint64_t large_frames = 0;                   // large frames sent in this lane (that could go either way)
+    Warmth warmth;                               // of the class's large frames sent
     uint64_t tried_at = 0;                       // large_frames when the last try began
     bool attach = false;
   };
@@ -232,7 +266,6 @@ class ShmTransport final : public Transport {
   static constexpr uint32_t kExploreSpacing = 256;  // large frames at least between two tries
   static constexpr uint32_t kExploreSpacingClear = 4096;  // the same where the last try was far slower
   static constexpr uint32_t kRetrySpacing = 16;           // large frames between a try and the one that confirms it
-  static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
   static constexpr double kHoldPerExtra = 50;  // a try's extra cost holds the next back this many times as long
   // Whether payloads in registered memory are read in place (every local rank mapped every other's probe).
   bool registered_reads() const { return registered_; }
@@ -296,17 +329,29 @@ class ShmTransport final : public Transport {
                OnBytes&& on_bytes, OnRemote&& on_remote);
   // Whether our next large payload to `peer` goes by attach (adapt_): the way the peer asked for, or now and
   // then (less and less often, down to once every explore_us) kExploreFrames frames the other way.
-  bool attach_to(Peer& p, int lane, int path_cls);
+  bool attach_to(Peer& p, int lane, int path_cls, size_t len, uint64_t call_bytes);
   // The way a class goes now (adapting), without counting a frame towards its next try.
   bool current_attach(const Peer& p, int lane, int path_cls) const;
   // The way a receiver's path word `asked` says, or the class's first way while it says none.
   bool asked_attach(uint32_t asked, int lane, int path_cls) const;
+  // The two ranks of an exchange go one way (adapting): the lower rank's receiver chooses for both. Where
+  // each receiver chose for its own side, one often moved a class onto the rings while the other stayed on
+  // attach, and then one rank copied into the ring and read by attach while the other only copied out: a
+  // 2-rank all_gather or all_to_all of 16 MiB took 2.2-2.4 ms so, against 1.4-1.5 with both by attach and 1.8-1.9
+  // with both through the rings, in a third to half of the runs (docs/performance.md, "An exchange goes one
+  // way"). So an exchange's frame (SenderWork::exchange) to a higher-ranked peer goes the way that peer's
+  // frames of its class last came to us (PathChoice::last_attach: our choice, or during the peer's try the way
+  // it tries, which our frames then try too), marked kPairedFrame so that the peer leaves it untimed; the
+  // higher rank sends its frames as our receiver asks, tries included (attach_to). nullopt where the peer is the
+  // lower rank or none of its large frames of this class came to us yet (a ring of 3 or more ranks sends to
+  // the next and hears from the one before: there each receiver chooses for its own side, as before).
+  std::optional<bool> paired_way(int peer, int path_cls) const;
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
   // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
-  void timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
+  void timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len, uint64_t call_bytes,
                    std::chrono::steady_clock::duration took, bool streamed);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
