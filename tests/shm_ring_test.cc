@@ -591,6 +591,29 @@ TEST(PathChoice, AClassWarmsOverItsFirstCallsAndAgainAtALargerOne) {
   EXPECT_EQ(warm_frames(idle, idle_frames, frame, T::warm_bytes(T::kIdleLane, tag)), T::kWarmFrames);
 }
 
+// An attach read is timed only once its pages were read by attach in ShmTransport::ColdPages::kWarmReads calls
+// (MessageTag::seq): a page's first reads cost more. Kept per 2 MiB of the sender's addresses; a read that
+// reaches a 2 MiB it never read is cold again, and past kMaxEntries everything is forgotten.
+TEST(PathChoice, AttachReadsOfPagesReadInFewCallsAreNotTimed) {
+  using T = transport::ShmTransport;
+  ASSERT_EQ(T::ColdPages::kWarmReads, 3u);
+  T::ColdPages pages;
+  const uint64_t base = uint64_t{64} << 21;  // a 2 MiB boundary
+  const size_t frame = size_t{512} << 10;
+  for (uint64_t seq = 1; seq <= 2; ++seq) {
+    for (int f = 0; f < 4; ++f) EXPECT_TRUE(pages.read(base + f * frame, frame, seq)) << "call " << seq;
+  }
+  for (int f = 0; f < 4; ++f) EXPECT_FALSE(pages.read(base + f * frame, frame, 3)) << "the third call";
+  EXPECT_FALSE(pages.read(base, frame, 3)) << "read again in the same call";
+  // Reaching into the next 2 MiB, which no call read: cold.
+  EXPECT_TRUE(pages.read(base + (size_t{2} << 20) - 4096, 8192, 4));
+  EXPECT_FALSE(pages.read(base, frame, 5));
+  // Forgotten all at once past kMaxEntries granules.
+  for (uint64_t g = 0; g <= T::ColdPages::kMaxEntries + 1; ++g) pages.read((g + 1000) << 21, 4096, 6);
+  EXPECT_TRUE(pages.read(base, frame, 7));
+  EXPECT_FALSE(pages.read(0, 0, 8)) << "nothing read";
+}
+
 // The two ranks of an exchange go one way, as the lower rank's receiver chooses: its frames to the higher rank
 // go the way the higher rank's frames last came (TrafficCounters::paired_frames, all of them after the first
 // call), and the higher rank leaves them untimed, so its own choice never changes, while the lower rank's is

@@ -869,6 +869,25 @@ int ShmTransport::size_class(const MessageTag& tag) noexcept {
   return c;
 }
 
+bool ShmTransport::ColdPages::read(uint64_t address, size_t len, uint64_t seq) {
+  if (len == 0) return false;
+  if (entries.size() > kMaxEntries) entries.clear();
+  bool cold = false;
+  const uint64_t last = (address + len - 1) >> kShift;
+  for (uint64_t g = address >> kShift; g <= last; ++g) {
+    auto it = std::lower_bound(entries.begin(), entries.end(), g,
+                               [](const std::pair<uint64_t, Entry>& e, uint64_t key) { return e.first < key; });
+    if (it == entries.end() || it->first != g) it = entries.insert(it, {g, Entry{seq, 0}});
+    Entry& e = it->second;
+    if (e.calls == 0 || e.seq != seq) {
+      e.seq = seq;
+      if (e.calls < UINT32_MAX) ++e.calls;
+    }
+    if (e.calls < kWarmReads) cold = true;
+  }
+  return cold;
+}
+
 std::optional<bool> ShmTransport::paired_way(int peer, int path_cls) const {
   if (peer < rank_) return std::nullopt;
   const PathChoice& c = peers_[peer].path[kBusyLane][path_cls];
@@ -978,7 +997,8 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
 }
 
 void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
-                               uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed) {
+                               uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed,
+                               bool cold) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
   // last bytes) adds to ours out, or for an idle sender, which copies its next frame in meanwhile, the slower
@@ -1002,6 +1022,7 @@ void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, b
     }
     return;
   }
+  if (cold) return;  // an attach read of pages read in too few calls yet (ColdPages)
   if (by_attach != c.attach) {
     ++c.tried_samples;
     // A tried frame: what it cost beyond the chosen way's figure holds the next try back kHoldPerExtra times
@@ -1340,8 +1361,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       ++waits_.attach_reads;
       on_remote(static_cast<pid_t>(d.pid), d.address, len);
       if (timed) {  // the header's fingerprint matched `tag`'s, whose class it is
+        const auto end = std::chrono::steady_clock::now();
+        const bool cold = peers_[peer].attach_sources.read(d.address, len, tag.seq);
         timed_frame(peer, lane, path_class(lane, tag), reduces, true, len, warm_bytes(lane, tag),
-                    std::chrono::steady_clock::now() - (exchange ? wait_started : started), false);
+                    end - (exchange ? wait_started : started), false, cold);
       }
     }
     tail += kDescriptorBytes;

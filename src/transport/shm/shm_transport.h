@@ -164,6 +164,26 @@ class ShmTransport final : public Transport {
   // It moves to the other way only where that costs under kSwitchBelow of the current one, summed over the
   // kinds of frame that have come both ways, at two tries in a row, so that figures close together or a
   // moment's disturbance do not make it flap.
+  // Which of a sender's pages this receiver has read by attach in fewer than kWarmReads calls: a page's first
+  // reads cost more than later ones (fresh buffers of a 2-rank all_gather of 16 MiB: 3.0 and 2.5 ms for the
+  // first two calls by attach, then 1.5-1.8; the kernel marks a page accessed at its first pin and moves it to
+  // its active list at the second), and so do a class's reads of new buffers long after its warm-up (chorus-perf
+  // times each size out of place and then in place, where the peer's input is its output buffer). An attach
+  // frame from such pages is not timed (timed_frame's `cold`). Kept per 2 MiB of the sender's addresses, by
+  // the call's sequence number (MessageTag::seq), forgotten all at once past kMaxEntries.
+  struct ColdPages {
+    static constexpr uint32_t kWarmReads = 3;  // calls that read a page before its reads are timed
+    static constexpr size_t kMaxEntries = 4096;
+    static constexpr int kShift = 21;
+    struct Entry {
+      uint64_t seq = 0;    // the last call that read it
+      uint32_t calls = 0;  // calls that read it
+    };
+    std::vector<std::pair<uint64_t, Entry>> entries;  // sorted by granule
+    // Counts a read of [address, address + len) by the call `seq`; true if some of it was read by fewer than
+    // kWarmReads - 1 calls before.
+    bool read(uint64_t address, size_t len, uint64_t seq);
+  };
   struct PathChoice {
     static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
     static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
@@ -318,6 +338,8 @@ class ShmTransport final : public Transport {
     // (kBusyLane, kIdleLane) and class (path_class). As sender: when and for how many frames our large frames
     // to the peer go the way it did not ask for (attach_to), per lane and class too.
     PathChoice path[kLanes][kPathClasses];
+    // As receiver: how many calls have read each 2 MiB of the peer's memory by attach (ColdPages).
+    ColdPages attach_sources;
     Exploration explore[kLanes][kPathClasses];
     bool dead = false;
     bool severed = false;  // this rank severed the channel (sever)
@@ -352,7 +374,7 @@ class ShmTransport final : public Transport {
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
   // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
   void timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len, uint64_t call_bytes,
-                   std::chrono::steady_clock::duration took, bool streamed);
+                   std::chrono::steady_clock::duration took, bool streamed, bool cold = false);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
