@@ -615,7 +615,7 @@ TEST(PathChoice, AttachReadsOfPagesReadInFewCallsAreNotTimed) {
 }
 
 // The two ranks of an exchange go one way, as the lower rank's receiver chooses: its frames to the higher rank
-// go the way the higher rank's frames last came (TrafficCounters::paired_frames, all of them after the first
+// go the way it chose for the higher rank's frames (TrafficCounters::paired_frames, all of them after the first
 // call), and the higher rank leaves them untimed, so its own choice never changes, while the lower rank's is
 // free to (tries as often as the frame counts allow: CHORUS_SHM_EXPLORE_US=0). Every byte arrives as sent,
 // whichever way each frame went.

@@ -892,7 +892,7 @@ std::optional<bool> ShmTransport::paired_way(int peer, int path_cls) const {
   if (peer < rank_) return std::nullopt;
   const PathChoice& c = peers_[peer].path[kBusyLane][path_cls];
   if (c.frames == 0) return std::nullopt;
-  return c.last_attach;
+  return c.attach;
 }
 
 bool ShmTransport::current_attach(const Peer& p, int lane, int path_cls) const {

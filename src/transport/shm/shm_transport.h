@@ -361,12 +361,13 @@ class ShmTransport final : public Transport {
   // attach, and then one rank copied into the ring and read by attach while the other only copied out: a
   // 2-rank all_gather or all_to_all of 16 MiB took 2.2-2.4 ms so, against 1.4-1.5 with both by attach and 1.8-1.9
   // with both through the rings, in a third to half of the runs (docs/performance.md, "An exchange goes one
-  // way"). So an exchange's frame (SenderWork::exchange) to a higher-ranked peer goes the way that peer's
-  // frames of its class last came to us (PathChoice::last_attach: our choice, or during the peer's try the way
-  // it tries, which our frames then try too), marked kPairedFrame so that the peer leaves it untimed; the
-  // higher rank sends its frames as our receiver asks, tries included (attach_to). nullopt where the peer is the
-  // lower rank or none of its large frames of this class came to us yet (a ring of 3 or more ranks sends to
-  // the next and hears from the one before: there each receiver chooses for its own side, as before).
+  // way"). So an exchange's frame (SenderWork::exchange) to a higher-ranked peer goes the way our receiver has
+  // chosen for that peer's frames of its class (PathChoice::attach), marked kPairedFrame so that the peer leaves
+  // it untimed; the higher rank sends its frames as our receiver asks, tries included (attach_to). Our frames do
+  // not follow the peer's tries: an exchange posts its sends before its receives, so they would follow a try a
+  // call late, a whole call apart (measured even with following: docs/data/s53/mirror-ab.txt). nullopt where
+  // the peer is the lower rank or none of its large frames of this class came to us yet (a ring of 3 or more
+  // ranks sends to the next and hears from the one before: there each receiver chooses for its own side).
   std::optional<bool> paired_way(int peer, int path_cls) const;
   // Sender side of adapt_: copying a large payload of `len` bytes into our ring in the peer took `took`;
   // publishes it per KiB in `published` (the ring's producer_ns_per_kib).
