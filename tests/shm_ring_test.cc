@@ -644,8 +644,8 @@ TEST(AdaptivePath, AnExchangesLowerRankChoosesForBothDirections) {
       }
     }
     const TrafficCounters after = comm.traffic();
-    const uint64_t frames = after.ring_large_frames + after.attach_reads - before.ring_large_frames -
-                            before.attach_reads;
+    const uint64_t frames =
+        after.ring_large_frames + after.attach_reads - before.ring_large_frames - before.attach_reads;
     EXPECT_EQ(frames, 2u * kCalls) << "rank " << r;
     if (r == 0) {
       EXPECT_EQ(after.paired_frames - before.paired_frames, 2u * (kCalls - 1));

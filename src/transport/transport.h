@@ -97,7 +97,7 @@ struct WaitCounters {
   uint64_t ring_large_frames = 0;  // frames of at least the single-copy size received through the ring
   uint64_t path_switches = 0;      // changes of this receiver's choice between ring and attach (adapt)
   uint64_t idle_sender_frames = 0;  // large frames received (either way) from idle senders: their own lane (adapt)
-  uint64_t paired_frames = 0;  // an exchange's frames sent the way the peer's own frames came (adapt: paired_way)
+  uint64_t paired_frames = 0;       // an exchange's frames sent the way the peer's own frames came (adapt: paired_way)
 };
 
 class Transport {

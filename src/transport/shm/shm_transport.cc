@@ -819,9 +819,8 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
       const size_t at = static_cast<size_t>(head & (options_.ring_bytes - 1));
       if (aligned) {
         // The header never wraps: it is composed where it goes, eight stores, rather than built aside and copied.
-        encode_header(
-            ring_data + at, FrameKind::Data, tag, len, comm_tag_, rank_,
-            (trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0) | marks);
+        encode_header(ring_data + at, FrameKind::Data, tag, len, comm_tag_, rank_,
+                      (trailer && frame > sizeof(FrameHeader) + body ? kTrailerLine : 0) | marks);
       } else {
         FrameHeader header = make_header(FrameKind::Data, tag, len, comm_tag_, rank_);
         if (marks != 0) {
@@ -1290,7 +1289,7 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
   };
   // An exchange's large frame is timed from here, the start of our wait for it (kExchangeFrame, below).
   const auto wait_started = adapt_ && len >= options_.single_copy_bytes ? std::chrono::steady_clock::now()
-                                                                         : std::chrono::steady_clock::time_point{};
+                                                                        : std::chrono::steady_clock::time_point{};
   FrameHeader h;
   next_header(h);
   // The producer went back to the ring's start (see rewind): skip the rest of the lap. The pad and the frame

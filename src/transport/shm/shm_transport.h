@@ -134,7 +134,7 @@ class ShmTransport final : public Transport {
   // on fresh 4 KiB pages (as a user's heap buffers): the read's cost in copies. 0 if the read fails. About
   // half a millisecond, most of it the first touch of the 32 pages.
   static double probe_attach_cost();
-  static constexpr uint32_t kWarmFrames = 8;              // a channel's first large frames, not timed
+  static constexpr uint32_t kWarmFrames = 8;  // a channel's first large frames, not timed
   // Nor, in each class, those of its first kWarmCalls calls' worth of bytes (the call's count times its element
   // size, from the frame's fingerprint; at least kWarmFrames frames): a page read by cross-memory attach for
   // the first times costs more than later (on the fifth host, fresh buffers of a 2-rank all_gather of 16 MiB
@@ -147,8 +147,8 @@ class ShmTransport final : public Transport {
   // of the rings then met attach's first reads of the new pages).
   static constexpr uint64_t kWarmCalls = 5;
   struct Warmth {
-    uint64_t bytes = 0;       // large bytes since the class's largest call so far began
-    uint64_t largest = 0;     // that call's bytes
+    uint64_t bytes = 0;    // large bytes since the class's largest call so far began
+    uint64_t largest = 0;  // that call's bytes
     // Counts a frame of `len` bytes of a call of `call_bytes` (warm_bytes); true while the class is still warming.
     bool warming(uint64_t frames, size_t len, uint64_t call_bytes) {
       if (call_bytes > largest) {
