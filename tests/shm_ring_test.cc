@@ -487,11 +487,19 @@ TEST(PathChoice, SizeClassesGoByTheCallsBytesInFactorsOfFour) {
   EXPECT_EQ(T::size_class_floor(1), uint64_t{1} << 20);
   EXPECT_EQ(T::size_class_floor(3), uint64_t{16} << 20);
   EXPECT_EQ(T::size_class_floor(4), uint64_t{64} << 20);
+  // A class holds calls of a size where that size is below its ceiling (the last class: any size).
+  EXPECT_TRUE(T::size_class_holds(0, uint64_t{64} << 10));
+  EXPECT_FALSE(T::size_class_holds(0, uint64_t{1} << 20));
+  EXPECT_TRUE(T::size_class_holds(1, uint64_t{1} << 20));
+  EXPECT_FALSE(T::size_class_holds(1, uint64_t{4} << 20));
+  EXPECT_TRUE(T::size_class_holds(2, uint64_t{4} << 20));
+  EXPECT_TRUE(T::size_class_holds(4, uint64_t{1} << 40));
 }
 
 // Each class starts on its own: the probe's choice, except a reducing collective's calls from
 // CHORUS_SHM_RING_FIRST_BYTES (4 MiB by default), and the in-place all_reduce's from
-// CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (1 MiB), which start through the rings. A class sends its first large
+// CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES (64 KiB: every class that holds calls of that size), which start through
+// the rings. A class sends its first large
 // frames its first way (at least 8, and its first 5 calls' worth: ShmTransport::Warmth), then tries 5 the other
 // way, and the next try comes at least 256 frames later, so at least 16 of a class's first 32 frames go its
 // first way: a 1 MiB 2-rank ring all_reduce sends 2 frames of 512 KiB each way per call, a 16 MiB one 32 (16 per
@@ -512,7 +520,8 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
       // The probe's first choice (ShmTransport::kAttachPaysBelow copies).
       const bool probe_attach =
           comm.attach_cost() > 0 && comm.attach_cost() < transport::ShmTransport::kAttachPaysBelow;
-      for (size_t count : {(size_t{1} << 20) / sizeof(float), (size_t{16} << 20) / sizeof(float)}) {
+      for (size_t count : {(size_t{256} << 10) / sizeof(float), (size_t{1} << 20) / sizeof(float),
+                           (size_t{16} << 20) / sizeof(float)}) {
         std::vector<float> a(count), b(count);
         for (size_t i = 0; i < count; ++i) a[i] = value(r, 1, i);
         for (bool in_place : {false, true}) {
@@ -527,7 +536,7 @@ TEST(AdaptivePath, LargeExchangesStartThroughTheRingsAndSmallerOnesAsTheProbeSay
           const uint64_t attach = after.attach_reads - before.attach_reads;
           const uint64_t ring = after.ring_large_frames - before.ring_large_frames;
           const bool large = count * sizeof(float) >= (size_t{16} << 20);
-          const bool rings_first = std::string(ring_first).empty() && (large || in_place);  // 4 and 1 MiB
+          const bool rings_first = std::string(ring_first).empty() && (large || in_place);  // 4 MiB and 64 KiB
           const bool first_attach = probe_attach && !rings_first;
           SCOPED_TRACE(
               fmt::format("rank {}, {} bytes, in place {}, CHORUS_SHM_RING_FIRST_BYTES='{}', probe {:.2f} "

@@ -66,12 +66,16 @@ struct ShmOptions {
   size_t ring_first_bytes = size_t{4} << 20;
   // The same for in-place all_reduce, chosen for apart (ShmTransport::path_class): it sends from the buffer
   // it then reduces into, and there the rings served the 2-rank calls of 1, 2 and 8 MiB in 0.69-0.88 of the
-  // time by attach (4 MiB 1.09), where out of place they took 0.97-1.02 of it. The other in-place reducing
+  // time by attach (4 MiB 1.09), where out of place they took 0.97-1.02 of it; and from 64 KiB (1 MiB until the
+  // fifty-third session), since the recursive doubling below 1 MiB waits for its send's read before it
+  // reduces into that buffer: 2-rank calls of 64-512 KiB took 0.57-0.76 of their time through the rings,
+  // where until its tries moved it the class stayed on attach for the first rows of a run. A class starts
+  // through the rings where it holds calls of this size (ShmTransport::size_class_holds). The other in-place reducing
   // calls are chosen for apart too, from ring_first_bytes: the in-place reduce_scatter took 1.54 times as long
   // through the rings at 2 MiB, and 0.63 from 4 MiB, and in one class with the out-of-place calls it followed
   // their choice (4 MiB: 472 us against 312 in its own) (docs/performance.md, "Reducing calls through the
   // rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
-  size_t ring_first_in_place_bytes = size_t{1} << 20;
+  size_t ring_first_in_place_bytes = size_t{64} << 10;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -241,6 +245,10 @@ class ShmTransport final : public Transport {
   }
   // The smallest call of a size class, in bytes (count times element size).
   static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
+  // Whether a size class holds calls of `bytes` or more (the last class holds every size above its floor).
+  static bool size_class_holds(int cls, uint64_t bytes) noexcept {
+    return cls + 1 >= kSizeClasses || size_class_floor(cls + 1) > bytes;
+  }
   static bool reducing_collective(const MessageTag& tag) noexcept {
     return tag.op == OpKind::AllReduce || tag.op == OpKind::ReduceScatter || tag.op == OpKind::Reduce;
   }
@@ -260,7 +268,7 @@ class ShmTransport final : public Transport {
     if (lane == kBusyLane && path_cls >= kSizeClasses) {
       const size_t from = path_cls / kSizeClasses == kInPlaceAllReduceGroup ? options_.ring_first_in_place_bytes
                                                                             : options_.ring_first_bytes;
-      if (from > 0 && size_class_floor(path_cls % kSizeClasses) >= from) return false;
+      if (from > 0 && size_class_holds(path_cls % kSizeClasses, from)) return false;
     }
     return attach_first_;
   }
