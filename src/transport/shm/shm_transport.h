@@ -68,13 +68,13 @@ struct ShmOptions {
   // it then reduces into, and there the rings served the 2-rank calls of 1, 2 and 8 MiB in 0.69-0.88 of the
   // time by attach (4 MiB 1.09), where out of place they took 0.97-1.02 of it; and from 64 KiB (1 MiB until the
   // fifty-third session), since the recursive doubling below 1 MiB waits for its send's read before it
-  // reduces into that buffer: 2-rank calls of 64-512 KiB took 0.57-0.76 of their time through the rings,
-  // where until its tries moved it the class stayed on attach for the first rows of a run. A class starts
-  // through the rings where it holds calls of this size (ShmTransport::size_class_holds). The other in-place reducing
-  // calls are chosen for apart too, from ring_first_bytes: the in-place reduce_scatter took 1.54 times as long
-  // through the rings at 2 MiB, and 0.63 from 4 MiB, and in one class with the out-of-place calls it followed
-  // their choice (4 MiB: 472 us against 312 in its own) (docs/performance.md, "Reducing calls through the
-  // rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
+  // reduces into that buffer: 2-rank calls of 64-512 KiB took 0.64-0.71 of the time so in sweeps up to 2 MiB,
+  // where the class started by attach stayed there until its tries moved it. A class starts through the
+  // rings where it holds calls of this size (ShmTransport::size_class_holds; ring_first_bytes too). The other
+  // in-place reducing calls are chosen for apart too, from ring_first_bytes: the in-place reduce_scatter took
+  // 1.54 times as long through the rings at 2 MiB, and 0.63 from 4 MiB, and in one class with the out-of-place
+  // calls it followed their choice (4 MiB: 472 us against 312 in its own) (docs/performance.md, "Reducing calls
+  // through the rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
   size_t ring_first_in_place_bytes = size_t{64} << 10;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
