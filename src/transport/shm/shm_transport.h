@@ -170,8 +170,8 @@ class ShmTransport final : public Transport {
   // moment's disturbance do not make it flap.
   // Which of a sender's pages this receiver has read by attach in fewer than kWarmReads calls: a page's first
   // reads cost more than later ones (fresh buffers of a 2-rank all_gather of 16 MiB: 3.0 and 2.5 ms for the
-  // first two calls by attach, then 1.5-1.8; the kernel marks a page accessed at its first pin and moves it to
-  // its active list at the second), and so do a class's reads of new buffers long after its warm-up (chorus-perf
+  // first two calls by attach, then 1.5-1.8; most likely the kernel's page aging, which marks a page accessed
+  // at its first pin and moves it to its active list at the second), and so do a class's reads of new buffers long after its warm-up (chorus-perf
   // times each size out of place and then in place, where the peer's input is its output buffer). An attach
   // frame from such pages is not timed (timed_frame's `cold`). Kept per 2 MiB of the sender's addresses, by
   // the call's sequence number (MessageTag::seq), forgotten all at once past kMaxEntries.
