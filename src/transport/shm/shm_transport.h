@@ -163,18 +163,14 @@ class ShmTransport final : public Transport {
       return frames <= kWarmFrames || bytes <= kWarmCalls * call_bytes;
     }
   };
-  // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
-  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces.
-  // It moves to the other way only where that costs under kSwitchBelow of the current one, summed over the
-  // kinds of frame that have come both ways, at two tries in a row, so that figures close together or a
-  // moment's disturbance do not make it flap.
   // Which of a sender's pages this receiver has read by attach in fewer than kWarmReads calls: a page's first
   // reads cost more than later ones (fresh buffers of a 2-rank all_gather of 16 MiB: 3.0 and 2.5 ms for the
   // first two calls by attach, then 1.5-1.8; most likely the kernel's page aging, which marks a page accessed
-  // at its first pin and moves it to its active list at the second), and so do a class's reads of new buffers long after its warm-up (chorus-perf
-  // times each size out of place and then in place, where the peer's input is its output buffer). An attach
-  // frame from such pages is not timed (timed_frame's `cold`). Kept per 2 MiB of the sender's addresses, by
-  // the call's sequence number (MessageTag::seq), forgotten all at once past kMaxEntries.
+  // at its first pin and moves it to its active list at the second), and so do a class's reads of new buffers
+  // long after its warm-up (chorus-perf times each size out of place and then in place, where the peer's input
+  // is its output buffer). An attach frame from such pages is not timed (timed_frame's `cold`). Kept per 2 MiB
+  // of the sender's addresses, by the call's sequence number (MessageTag::seq), forgotten all at once past
+  // kMaxEntries.
   struct ColdPages {
     static constexpr uint32_t kWarmReads = 3;  // calls that read a page before its reads are timed
     static constexpr size_t kMaxEntries = 4096;
@@ -188,6 +184,11 @@ class ShmTransport final : public Transport {
     // kWarmReads - 1 calls before.
     bool read(uint64_t address, size_t len, uint64_t seq);
   };
+  // The receiver's choice between the two ways a large frame can come, from what each took (per byte, the
+  // median of the last few frames that came that way), kept apart for frames it copies and frames it reduces.
+  // It moves to the other way only where that costs under kSwitchBelow of the current one, summed over the
+  // kinds of frame that have come both ways, at two tries in a row, so that figures close together or a
+  // moment's disturbance do not make it flap.
   struct PathChoice {
     static constexpr uint32_t kWindow = 16;  // frames the chosen way's figure looks back over
     static constexpr uint32_t kTried = 4;    // frames the other way's figure looks back over (one try's)
