@@ -48,8 +48,8 @@ constexpr uint32_t kIdleSenderFrame = 2;
 // FrameHeader::reserved1 bit: a large frame of an exchange (SenderWork::exchange; adapt only), which its receiver
 // times from the start of its wait for the frame (ShmTransport::receive).
 constexpr uint32_t kExchangeFrame = 4;
-// FrameHeader::reserved1 bit: an exchange's frame that went the way the peer's own frames last came (adapt only;
-// ShmTransport::paired_way): its receiver leaves it untimed, the choice being the sender's.
+// FrameHeader::reserved1 bit: an exchange's frame that went the way its sender (the lower rank of the pair) chose
+// for both directions (adapt only; ShmTransport::paired_way): its receiver leaves it untimed.
 constexpr uint32_t kPairedFrame = 8;
 constexpr size_t kDescriptorBytes = 64;         // body of a single-copy frame
 constexpr uint64_t kProbeValue = 0x5eed5eed5eed5eedull;  // what the cross-memory and registered probes read
