@@ -862,7 +862,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
 }
 
 int ShmTransport::size_class(const MessageTag& tag) noexcept {
-  const uint64_t bytes = tag.count * dtype_size(tag.dtype);
+  const uint64_t bytes = call_bytes(tag);
   int c = 0;
   for (uint64_t limit = uint64_t{1} << 20; c + 1 < kSizeClasses && bytes >= limit; limit <<= 2) ++c;
   return c;

@@ -242,8 +242,10 @@ class ShmTransport final : public Transport {
   // (both cores copy) against the receiver's attach read, and with the longer warm-up the 2-rank in-place
   // broadcast of 2-4 MiB, whose lane moves to the rings during those rows, took 1.33-1.42 times as long.
   static uint64_t warm_bytes(int lane, const MessageTag& tag) noexcept {
-    return lane == kBusyLane ? tag.count * dtype_size(tag.dtype) : 0;
+    return lane == kBusyLane ? call_bytes(tag) : 0;
   }
+  // A call's bytes as its frames' fingerprint gives them: its count times its element size.
+  static uint64_t call_bytes(const MessageTag& tag) noexcept { return tag.count * dtype_size(tag.dtype); }
   // The smallest call of a size class, in bytes (count times element size).
   static uint64_t size_class_floor(int cls) noexcept { return cls == 0 ? 0 : (uint64_t{1} << 20) << (2 * (cls - 1)); }
   // Whether a size class holds calls of `bytes` or more (the last class holds every size above its floor).
