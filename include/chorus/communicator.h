@@ -126,9 +126,9 @@ struct TrafficCounters {
   // since through the rings such a sender copies in while the receiver copies out (CHORUS_SHM_ADAPT).
   uint64_t idle_sender_frames = 0;
   // Shared memory only: frames of exchanges (both ranks sending to each other at once: all_gather, all_to_all,
-  // reduce_scatter, ...) that this rank sent to a higher-ranked peer the way that peer's frames came to it, so
-  // that both directions go one way, as this rank's choice says (CHORUS_SHM_ADAPT; docs/design.md, "An exchange
-  // goes one way"). A higher rank sends none.
+  // reduce_scatter, ...) that this rank sent to a higher-ranked peer the way it chose for that peer's frames, so
+  // that both directions go one way, as the lower rank of each pair chooses (CHORUS_SHM_ADAPT; docs/design.md,
+  // "An exchange goes one way"). The highest local rank sends none.
   uint64_t paired_frames = 0;
 };
 
