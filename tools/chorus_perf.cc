@@ -1734,7 +1734,8 @@ int main(int argc, char** argv) {
         fmt::print(
             "# shared memory, rank 0's payloads received: large ones {} through the rings, {} by cross-memory "
             "attach (mid-sized exchange frames included; {} large ones from idle senders, chosen apart); its "
-            "choices between them changed {} times; it sent {} exchange frames the way its receiver chose for their pair\n",
+            "choices between them changed {} times; it sent {} exchange frames the way its receiver chose for their "
+            "pair\n",
             t.ring_large_frames, t.attach_reads, t.idle_sender_frames, t.path_switches, t.paired_frames);
       }
       stolen.print_summary();
