@@ -436,6 +436,10 @@ TEST(PathChoice, AnIdleSendersFrameThroughTheRingCostsTheSlowerCopy) {
   EXPECT_EQ(T::ring_frame_cost(70, 50, T::kIdleLane, false), 70);
   EXPECT_EQ(T::ring_frame_cost(90, 50, T::kBusyLane, true), 90);
   EXPECT_EQ(T::ring_frame_cost(90, 50, T::kIdleLane, true), 90);
+  // An exchange's frame: the wait since the receiver began it, but never less than both copies.
+  EXPECT_EQ(T::ring_frame_cost(30, 50, T::kBusyLane, false, 120), 120);
+  EXPECT_EQ(T::ring_frame_cost(30, 50, T::kBusyLane, true, 60), 80);
+  EXPECT_EQ(T::ring_frame_cost(30, 50, T::kBusyLane, false, 0), 80);
 }
 
 // An exchange's frames are chosen for per size class of the operation (its count times its element size):

@@ -997,15 +997,16 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
 
 void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
                                uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed,
-                               bool cold) {
+                               bool cold, std::optional<std::chrono::steady_clock::duration> since_wait) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
   // last bytes) adds to ours out, or for an idle sender, which copies its next frame in meanwhile, the slower
-  // of the two counts (ring_frame_cost).
+  // of the two counts; an exchange's frame costs at least our wait for it (ring_frame_cost).
   if (!by_attach) {
     const double producer = self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) *
                             static_cast<double>(len) / 1024.0;
-    ns = ring_frame_cost(ns, producer, lane, streamed);
+    ns = ring_frame_cost(ns, producer, lane, streamed,
+                         since_wait ? std::chrono::duration<double, std::nano>(*since_wait).count() : -1.0);
   }
   PathChoice& c = peers_[peer].path[lane][path_cls];
   // The first frame after frames the other way is not timed: it finds the caches set for the other way.
@@ -1401,18 +1402,10 @@ void ShmTransport::receive(int peer, const MessageTag& tag, size_t len, const ba
       const auto end = std::chrono::steady_clock::now();
       const auto wall = end - started;
       const bool streamed = waited > std::chrono::steady_clock::duration::zero();
-      if (exchange) {
-        // From the start of our wait; at least our copy out plus the producer's copy in (had the frame all come
-        // before we looked, its copy in is in no wait of ours).
-        const double producer =
-            self_->ring(peers_[peer].local).producer_ns_per_kib.load(std::memory_order_relaxed) * len / 1024.0;
-        const auto both = wall - waited + std::chrono::nanoseconds(static_cast<int64_t>(producer));
-        timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, warm_bytes(lane, tag),
-                    std::max<std::chrono::steady_clock::duration>(end - wait_started, both), true);
-      } else {
-        timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, warm_bytes(lane, tag),
-                    streamed ? wall : wall - waited, streamed);
-      }
+      // An exchange's frame: our copy out without the waits within it, and the time since our wait began.
+      timed_frame(peer, lane, path_class(lane, tag), reduces, false, len, warm_bytes(lane, tag),
+                  streamed && !exchange ? wall : wall - waited, streamed, false,
+                  exchange ? std::optional(end - wait_started) : std::nullopt);
     }
   }
   if (!remote && (h.reserved1 & kTrailerLine)) tail += kAlign;  // the trailer's own line (isend)

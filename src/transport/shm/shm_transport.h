@@ -277,8 +277,12 @@ class ShmTransport final : public Transport {
   }
   // What a large frame through the ring cost, per KiB: the receiver's copy out (`own`), plus the producer's
   // copy in (`producer`) for a busy sender, or the slower of the two for an idle one. A frame that streamed was
-  // timed with both copies side by side (`own` is the whole of it).
-  static double ring_frame_cost(double own, double producer, int lane, bool streamed) {
+  // timed with both copies side by side (`own` is the whole of it). An exchange's frame (kExchangeFrame) costs
+  // what the receiver waited for it too: `since_wait` (0 or more) is the time from the start of that wait to
+  // the frame's end, and the cost is at least both copies, `own` then leaving out the waits within the frame
+  // (a frame that had all come before the receiver looked has its copy in in no wait of the receiver's).
+  static double ring_frame_cost(double own, double producer, int lane, bool streamed, double since_wait = -1) {
+    if (since_wait >= 0) return since_wait > own + producer ? since_wait : own + producer;
     if (streamed) return own;
     return lane == kIdleLane ? (own > producer ? own : producer) : own + producer;
   }
@@ -385,8 +389,11 @@ class ShmTransport final : public Transport {
   static void timed_copy_in(std::atomic<uint32_t>& published, size_t len, std::chrono::steady_clock::duration took);
   // Receiver side of adapt_: one large frame from `peer` took `took` for `len` bytes (through the ring: our
   // copy out, or where it streamed (we waited for the producer within it) the time from its header to its end).
+  // An exchange's frame through the ring also gives `since_wait`, the time from the start of our wait for it
+  // (ring_frame_cost); by attach, `took` already starts there.
   void timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len, uint64_t call_bytes,
-                   std::chrono::steady_clock::duration took, bool streamed, bool cold = false);
+                   std::chrono::steady_clock::duration took, bool streamed, bool cold = false,
+                   std::optional<std::chrono::steady_clock::duration> since_wait = std::nullopt);
   bool write_some(int peer);
   void rewind(Peer& p, char* ring_data, size_t frame);
   void put_ring(char* data, uint64_t pos, const char* src, size_t n);
