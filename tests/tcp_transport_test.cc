@@ -213,6 +213,64 @@ TEST_P(TcpReadAhead, FramesSentBeforeAnAbortAreDeliveredThenItsReasonIsReported)
       ErrorCode::InvalidArgument, "rank 0 aborted the communicator: rank 0 was given a bad count");
 }
 
+// A receive that finds its socket empty waits: a small one-way receive (nothing sent to that peer since the
+// last receive from it) looks at epoll until the socket is readable and only then reads it; one that follows a
+// send of ours, and a large one, read at every poll. Frames that trickle in (the sender pausing now and then),
+// of sizes either side of that line, received both ways (after odd frames the receiver answers, so its next
+// receive follows a send), all arrive intact; and a wait of the first kind still learns of the peer's abort.
+TEST_P(TcpReadAhead, ReceivesThatWaitForTricklingFramesSeeEveryFrameAndThePeersAbort) {
+  constexpr size_t kFrames = 121;  // the last one even
+  auto frame = [](size_t i) {
+    static constexpr size_t kSizes[] = {1, 100, 4096, 65536, 65537, 0, 300000, 8};
+    return Frame{kSizes[i % 8], false};
+  };
+  const std::string reason = "rank 0 stopped on purpose";
+  run_pair(
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        for (size_t i = 0; i < kFrames; ++i) {
+          if (i % 3 == 0) std::this_thread::sleep_for(milliseconds(1));
+          const std::vector<char> payload = payload_of(i, frame(i));
+          auto h =
+              t.isend(1, tag_of(i, frame(i)), payload.data(), payload.size(), deadline, transport::SenderWork::busy());
+          t.wait_send(h, deadline);
+          if (i % 2 == 1) {
+            char ack = 0;
+            t.recv(1, tag_of(kFrames + i, {1, false}), &ack, 1, deadline);
+            ASSERT_EQ(ack, static_cast<char>(i));
+          }
+        }
+        std::this_thread::sleep_for(milliseconds(200));  // the receiver waits for a frame that never comes
+        t.fail(Error(ErrorCode::InvalidArgument, reason, 0));
+      },
+      [&](transport::TcpTransport& t) {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        for (size_t i = 0; i < kFrames; ++i) {
+          std::vector<char> got(frame(i).bytes);
+          t.recv(0, tag_of(i, frame(i)), got.data(), got.size(), deadline);
+          ASSERT_EQ(got, payload_of(i, frame(i))) << "frame " << i;
+          if (i % 2 == 1) {
+            const char ack = static_cast<char>(i);
+            t.flush(deadline);
+            t.wait_send(t.isend(0, tag_of(kFrames + i, {1, false}), &ack, 1, deadline, transport::SenderWork::busy()),
+                        deadline);
+          }
+        }
+        // The last frame was even (not answered): this wait is a one-way one.
+        const auto started = std::chrono::steady_clock::now();
+        char extra[8];
+        try {
+          t.recv(0, tag_of(2 * kFrames, {8, false}), extra, 8, deadline);
+          ADD_FAILURE() << "a receive after the peer's abort must fail";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+          EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << "the error came late";
+      },
+      options());
+}
+
 TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
   // Loopback connections: "auto" (the default) gives them reno, "system" leaves the kernel's default, and a
   // name the kernel refuses is an InvalidArgument that names the variable, on every rank.

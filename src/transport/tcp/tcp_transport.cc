@@ -325,6 +325,7 @@ SendHandle TcpTransport::isend(int peer, const MessageTag& tag, const void* data
   check_usable();
   Peer& p = peers_[peer];
   if (p.hung_up) throw_peer_error(peer, "cannot send");
+  p.sent_since_receive = true;
   p.queue.push_back(SendReq{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data),
                             len, 0});
   uint64_t index = p.posted++;
@@ -557,13 +558,28 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   const bool timed = timed_spin_ && len <= kTimedSpinMaxBytes && !on_background_thread();
   bool waiting = false, slept = false, contended = false;
   base::Clock::time_point wait_start{};
+  // Whether to read the socket now. After a read found it empty, a small one-way receive's wait reads it again
+  // only once epoll says it is readable (or every kReadEveryPolls polls regardless): an empty readv takes the
+  // socket's lock, which the peer's delivery of the frame we wait for also takes, and where the peer streams
+  // frames to us (a broadcast's root, a reduce's leaf) a receive that polled by reading slowed it. One-way: we
+  // sent the peer nothing since our last receive from it. In an exchange (we just sent to it too) the peer is
+  // not the one held up, and the extra epoll_wait before the read only added to each call; a large receive
+  // reads at every poll as well, since between its segments that extra syscall cost more than the contention
+  // (docs/performance.md, "One-way tcp receives poll epoll, not the socket").
+  const bool gate_reads = len <= kTimedSpinMaxBytes && !p.sent_since_receive;
+  p.sent_since_receive = false;
+  bool try_read = true;
+  uint32_t unread_polls = 0;
   while (true) {
     iovec iov[2];
     int n = 0;
     if (hgot < sizeof(h)) iov[n++] = {reinterpret_cast<char*>(&h) + hgot, sizeof(h) - hgot};
     if (pgot < piece) iov[n++] = {pdst + pgot, piece - pgot};
     if (n > 0) {
-      ssize_t r = read_some(peer, iov, n, read_ahead);
+      const bool buffered = p.ahead_pos < p.ahead_end || p.stash_pos < p.stash.size() || p.hung_up;
+      ssize_t r = !gate_reads || try_read || buffered || ++unread_polls % kReadEveryPolls == 0
+                      ? read_some(peer, iov, n, read_ahead)
+                      : -1;
       if (r < 0) {
         bool poll_more;
         if (timed) {
@@ -583,12 +599,13 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
         }
         if (poll_more) {
           if (yield_) sched_yield();
-          poll_once(deadline, peer, peer, "data", &tag, /*nonblocking=*/true);  // keeps our sends moving
+          try_read = poll_once(deadline, peer, peer, "data", &tag, /*nonblocking=*/true);  // keeps our sends moving
         } else {
-          poll_once(deadline, peer, peer, "data", &tag);
+          try_read = poll_once(deadline, peer, peer, "data", &tag);
         }
         continue;
       }
+      try_read = true;
       if (waiting) {
         if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
         waiting = slept = false;
@@ -678,7 +695,7 @@ void TcpTransport::on_unexpected_frame(int peer, const FrameHeader& h, const Mes
 
 // ---------------------------------------------------------------- waiting and failures
 
-void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
+bool TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
                              const MessageTag* tag, bool nonblocking) {
   if (reading_peer >= 0) set_interest(reading_peer, EPOLLIN, true);
   // In a hybrid, the shared-memory side's queued sends move between our waits, which stay short meanwhile.
@@ -687,11 +704,11 @@ void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, i
   int n = ::epoll_wait(epoll_.get(), events, 64,
                        nonblocking ? 0 : deadline.poll_timeout_ms(external_busy ? 1 : 1000));
   if (n < 0) {
-    if (errno == EINTR) return;
+    if (errno == EINTR) return true;
     base::throw_errno("epoll_wait", errno);
   }
   if (n == 0) {
-    if (nonblocking) return;
+    if (nonblocking) return false;
     if (!external_busy) stalled();
     if (deadline.expired()) {
       throw Error(ErrorCode::Timeout,
@@ -700,8 +717,9 @@ void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, i
                               rank_, waiting_peer, what, tag ? " in " + describe(*tag) : std::string(), waiting_peer),
                   waiting_peer);
     }
-    return;
+    return false;
   }
+  bool readable = false;
   for (int i = 0; i < n; ++i) {
     uint32_t id = events[i].data.u32;
     uint32_t ev = events[i].events;
@@ -714,6 +732,7 @@ void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, i
     }
     int q = static_cast<int>(id);
     if (q < 0 || q >= size_ || peers_[q].hung_up) continue;
+    if (q == reading_peer) readable = true;  // data, or its end: the caller's read finds out which
     if (ev & EPOLLOUT) progress_sends(q);
     if (q != reading_peer && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
       handle_hangup(q);
@@ -722,6 +741,7 @@ void TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, i
     }
     if ((ev & EPOLLIN) && q != reading_peer) set_interest(q, EPOLLIN, false);
   }
+  return readable;
 }
 
 void TcpTransport::handle_hangup(int peer) {

@@ -117,6 +117,9 @@ class TcpTransport final : public Transport {
 
  private:
   static constexpr size_t kStagingBytes = 64 * 1024;
+  // A receive waiting for its socket reads it only once epoll reports it readable, and regardless after this
+  // many polls that did not (receive).
+  static constexpr uint32_t kReadEveryPolls = 64;
 
   struct SendReq {
     FrameHeader header;
@@ -134,6 +137,7 @@ class TcpTransport final : public Transport {
     bool goodbye = false;         // the peer closed its communicator cleanly
     bool reset = false;           // the connection was reset
     bool severed = false;         // this rank reset it (sever); fd is closed
+    bool sent_since_receive = false;  // a frame posted to it since our last receive from it began (receive)
     std::optional<Error> error;   // why the peer's stream ended badly (abort frame, death)
     std::string stash;            // the rest of the stream, read at a hang-up
     size_t stash_pos = 0;
@@ -156,9 +160,10 @@ class TcpTransport final : public Transport {
   ssize_t read_some(int peer, iovec* iov, int iovcnt, bool ahead = false);
   void progress_sends(int peer);
   // One round of waiting: flushes writable sockets, notices hang-ups and aborts. reading_peer (or -1) is
-  // the peer whose socket the caller reads itself.
+  // the peer whose socket the caller reads itself; returns whether epoll reported it (readable, or its end;
+  // also true after a signal, when the caller should look again).
   // With `nonblocking`, only handles what is already pending and returns at once.
-  void poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
+  bool poll_once(const base::Deadline& deadline, int reading_peer, int waiting_peer, const char* what,
                  const MessageTag* tag, bool nonblocking = false);
   void handle_hangup(int peer);
   [[noreturn]] void throw_peer_error(int peer, const char* context);
