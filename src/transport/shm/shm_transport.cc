@@ -996,8 +996,8 @@ void ShmTransport::timed_copy_in(std::atomic<uint32_t>& published, size_t len,
 }
 
 void ShmTransport::timed_frame(int peer, int lane, int path_cls, bool reduces, bool by_attach, size_t len,
-                               uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed,
-                               bool cold, std::optional<std::chrono::steady_clock::duration> since_wait) {
+                               uint64_t call_bytes, std::chrono::steady_clock::duration took, bool streamed, bool cold,
+                               std::optional<std::chrono::steady_clock::duration> since_wait) {
   double ns = std::chrono::duration<double, std::nano>(took).count();
   // Through the ring and whole when we came, the producer's copy of this frame in (published with the frame's
   // last bytes) adds to ours out, or for an idle sender, which copies its next frame in meanwhile, the slower
