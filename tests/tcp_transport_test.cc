@@ -465,21 +465,23 @@ TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOne
   // With adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1, the default), without oversubscription and without
   // CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
   // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
-  // budget grows (at least once in 40, however loaded the machine). Frames 10 ms apart then bring it back to
-  // the minimum: every such wait is longer than kShrinkFactor times the maximum.
+  // budget grows (at least once in 100, however loaded the machine: under ctest's parallel jobs one run of 40
+  // found none). Frames 10 ms apart then bring it back to the minimum: every such wait is longer than
+  // kShrinkFactor times the maximum.
   using transport::TcpTransport;
   transport::TcpOptions o;
   o.oversubscribed = 0;
   o.adaptive_spin = true;
   // The cores to itself, whatever else runs beside the test (contended waits are the next test's).
   o.cores_contended = []() noexcept { return false; };
-  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
+  constexpr size_t kShortGaps = 100;
+  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
   static_assert(TcpTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
   gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
   auto budgets = budgets_after_gaps(gaps, o);
   ASSERT_EQ(budgets.size(), gaps.size() + 1);
   EXPECT_EQ(budgets.front(), TcpTransport::kSpinMin);
-  auto grown = *std::max_element(budgets.begin(), budgets.begin() + 41);
+  auto grown = *std::max_element(budgets.begin(), budgets.begin() + kShortGaps + 1);
   EXPECT_GT(grown, TcpTransport::kSpinMin);
   EXPECT_LE(grown, TcpTransport::kSpinMax);
   EXPECT_EQ(budgets.back(), TcpTransport::kSpinMin);
@@ -516,7 +518,8 @@ TEST(TcpTransport, SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores
     asked.fetch_add(1);
     return true;
   };
-  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
+  constexpr size_t kShortGaps = 100;
+  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
   for (auto b : budgets_after_gaps(gaps, o)) EXPECT_EQ(b, TcpTransport::kSpinMin);
   // Asked only by waits that slept: at least one of 40 (each gap outlasts the 40 us poll), at most one each.
   EXPECT_GE(asked.load(), 1);

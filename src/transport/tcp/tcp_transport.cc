@@ -732,7 +732,8 @@ bool TcpTransport::poll_once(const base::Deadline& deadline, int reading_peer, i
     }
     int q = static_cast<int>(id);
     if (q < 0 || q >= size_ || peers_[q].hung_up) continue;
-    if (q == reading_peer) readable = true;  // data, or its end: the caller's read finds out which
+    // Data, or the stream's end: the caller's read finds out which.
+    if (q == reading_peer && (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) readable = true;
     if (ev & EPOLLOUT) progress_sends(q);
     if (q != reading_peer && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
       handle_hangup(q);

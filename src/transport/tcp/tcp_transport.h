@@ -117,8 +117,8 @@ class TcpTransport final : public Transport {
 
  private:
   static constexpr size_t kStagingBytes = 64 * 1024;
-  // A receive waiting for its socket reads it only once epoll reports it readable, and regardless after this
-  // many polls that did not (receive).
+  // A small one-way receive waiting for its socket reads it only once epoll reports it readable, and
+  // regardless after this many polls that did not (receive).
   static constexpr uint32_t kReadEveryPolls = 64;
 
   struct SendReq {
