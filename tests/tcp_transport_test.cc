@@ -518,8 +518,7 @@ TEST(TcpTransport, SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores
     asked.fetch_add(1);
     return true;
   };
-  constexpr size_t kShortGaps = 100;
-  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
+  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
   for (auto b : budgets_after_gaps(gaps, o)) EXPECT_EQ(b, TcpTransport::kSpinMin);
   // Asked only by waits that slept: at least one of 40 (each gap outlasts the 40 us poll), at most one each.
   EXPECT_GE(asked.load(), 1);
