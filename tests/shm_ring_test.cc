@@ -842,6 +842,44 @@ TEST(AdaptivePath, IdleSendersFramesGoInALaneOfTheirOwn) {
   });
 }
 
+// An idle sender's lane starts through the rings (ShmOptions::idle_ring_first), where its frames would stream
+// without adapting, whatever the probe says; CHORUS_SHM_IDLE_RING_FIRST=0 starts it as the probe says. The lane
+// warms over its first ShmTransport::kWarmFrames (8) frames, untimed and untried: two in-place broadcasts of
+// 2 MiB (the stream-idle size), 4 frames of 512 KiB each, all go the first way.
+TEST(AdaptivePath, AnIdleSendersLaneStartsThroughTheRings) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "auto");
+  ScopedEnv adapt("CHORUS_SHM_ADAPT", "1");
+  ScopedEnv algo("CHORUS_ALGO", "broadcast:binomial");
+  const size_t big = (size_t{2} << 20) / sizeof(float);
+  for (const char* ring_first : {"", "0"}) {
+    ScopedEnv first("CHORUS_SHM_IDLE_RING_FIRST", ring_first);
+    run_world(2, shm_options(), [&](Communicator& comm) {
+      const int r = comm.rank();
+      if (!comm.adapts_single_copy()) {  // one core for both ranks: nothing adapts, and nothing streams
+        EXPECT_GT(comm.ranks_per_core(), 1.0);
+        return;
+      }
+      const bool probe_attach =
+          comm.attach_cost() > 0 && comm.attach_cost() < transport::ShmTransport::kAttachPaysBelow;
+      const bool first_attach = probe_attach && std::string(ring_first) == "0";
+      std::vector<float> buf(big);
+      const TrafficCounters before = comm.traffic();
+      for (int m = 0; m < 2; ++m) {
+        for (size_t i = 0; i < big; ++i) buf[i] = r == 0 ? value(0, m, i) : -1.0f;
+        comm.broadcast(buf.data(), buf.data(), big, DataType::Float32, 0);
+        for (size_t i = 0; i < big; ++i) ASSERT_EQ(buf[i], value(0, m, i)) << "rank " << r << ", broadcast " << m;
+      }
+      const TrafficCounters after = comm.traffic();
+      if (r == 0) return;  // the root receives nothing
+      SCOPED_TRACE(fmt::format("CHORUS_SHM_IDLE_RING_FIRST='{}', probe {:.2f} copies", ring_first,
+                               comm.attach_cost()));
+      EXPECT_EQ(after.idle_sender_frames - before.idle_sender_frames, 8u);
+      EXPECT_EQ(after.attach_reads - before.attach_reads, first_attach ? 8u : 0u);
+      EXPECT_EQ(after.ring_large_frames - before.ring_large_frames, first_attach ? 0u : 8u);
+    });
+  }
+}
+
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation
   // removes names of this pid namespace whose creator is gone, and only those.

@@ -232,6 +232,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.stream_idle_bytes = impl->config.shm_stream_idle_bytes;
   shm.ring_first_bytes = impl->config.shm_ring_first_bytes;
   shm.ring_first_in_place_bytes = impl->config.shm_ring_first_in_place_bytes;
+  shm.idle_ring_first = impl->config.shm_idle_ring_first;
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;
   shm.spin = impl->config.shm_spin;

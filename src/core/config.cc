@@ -175,6 +175,7 @@ Config resolve_config(const CommOptions& o) {
   auto_01_var("CHORUS_SHM_CMA", "wherever the kernel allows cross-memory attach", &c.shm_cma);
   auto_01_var("CHORUS_STREAM_COPY", "every local copy of at least 1 MiB", &c.stream_copy);
   if (auto v = env_int("CHORUS_SHM_ADAPT")) c.shm_adapt = *v != 0;
+  if (auto v = env_int("CHORUS_SHM_IDLE_RING_FIRST")) c.shm_idle_ring_first = *v != 0;
   if (auto v = env_int("CHORUS_SHM_EXPLORE_US")) {
     if (*v < 0 || *v > 100000000) {
       base::throw_error(ErrorCode::InvalidArgument, "CHORUS_SHM_EXPLORE_US is out of range (0 to 100000000)");

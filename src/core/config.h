@@ -39,6 +39,7 @@ struct Config {
   size_t shm_stream_idle_bytes = size_t{2} << 20;
   size_t shm_ring_first_bytes = size_t{4} << 20;
   size_t shm_ring_first_in_place_bytes = size_t{64} << 10;
+  bool shm_idle_ring_first = true;
   bool shm_registered = true;
   bool shm_membarrier = true;
   int shm_spin = -1;

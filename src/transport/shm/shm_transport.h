@@ -76,6 +76,14 @@ struct ShmOptions {
   // calls it followed their choice (4 MiB: 472 us against 312 in its own) (docs/performance.md, "Reducing calls
   // through the rings from 1 and 4 MiB"). 0: as the probe says (CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES).
   size_t ring_first_in_place_bytes = size_t{64} << 10;
+  // Adapting, an idle sender's lane (ShmTransport::kIdleLane) starts through the rings, as those frames stream
+  // without adapting, rather than as the probe says: there both cores copy, and the receiver's first try of
+  // attach comes 256 frames in, so a lane started by attach moved to the rings only during the 2-rank in-place
+  // broadcast's 2 MiB row (2 MiB: 0.74-0.80 of the time with this, 4-64 MiB and the reduce leaf's lane even;
+  // docs/performance.md, "An idle sender's lane starts through the rings"). Where attach is the faster way
+  // (cores far apart) the receiver's tries move the lane there. false: as the probe says
+  // (CHORUS_SHM_IDLE_RING_FIRST=0).
+  bool idle_ring_first = true;
   // Read large payloads in registered memory (chorus::mem_alloc) in place, where every local rank can map
   // every other's; false: never (CHORUS_SHM_REGISTERED=0). Independent of cross-memory attach, which some
   // container profiles forbid while they allow this.
@@ -266,13 +274,14 @@ class ShmTransport final : public Transport {
   }
   // The way a class starts (the choice before any timing; both sides compute it): by attach where the probe
   // says so, except a reducing collective's exchanges from ShmOptions::ring_first_bytes (in-place all_reduce:
-  // ring_first_in_place_bytes).
+  // ring_first_in_place_bytes) and the idle lane (ShmOptions::idle_ring_first).
   bool first_attach(int lane, int path_cls) const {
     if (lane == kBusyLane && path_cls >= kSizeClasses) {
       const size_t from = path_cls / kSizeClasses == kInPlaceAllReduceGroup ? options_.ring_first_in_place_bytes
                                                                             : options_.ring_first_bytes;
       if (from > 0 && size_class_holds(path_cls % kSizeClasses, from)) return false;
     }
+    if (lane == kIdleLane && options_.idle_ring_first) return false;
     return attach_first_;
   }
   // What a large frame through the ring cost, per KiB: the receiver's copy out (`own`), plus the producer's
