@@ -880,6 +880,60 @@ TEST(AdaptivePath, AnIdleSendersLaneStartsThroughTheRings) {
   }
 }
 
+// Where the ranks outnumber the cores, a broadcast's sends and a reduce leaf's (SenderWork::one_way) go through
+// the rings below CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES (512 KiB), not by attach, so that their senders need
+// not wait for their receivers to be scheduled; 0 puts them back at CHORUS_SHM_SINGLE_COPY_BYTES (64 KiB).
+// The reduce's inner ranks keep attach. Every byte arrives as sent either way.
+TEST(SharedCores, TreeEdgesBelowTheSharedCoreSizeGoThroughTheRings) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "1");
+  ScopedEnv algo("CHORUS_ALGO", "broadcast:binomial;reduce:binomial");
+  const size_t count = (size_t{256} << 10) / sizeof(float);
+  for (const char* shared : {"", "0"}) {
+    ScopedEnv size("CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES", shared);
+    run_world(4, shm_options(), [&](Communicator& comm) {
+      const int r = comm.rank();
+      const bool rule = comm.ranks_per_core() > 1.0 && std::string(shared).empty();
+      SCOPED_TRACE(fmt::format("rank {}, CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES='{}', {:.1f} ranks per core", r,
+                               shared, comm.ranks_per_core()));
+      // Broadcast from rank 1, in place: ranks 1 -> 3 and 1 -> 2, then 3 -> 0 (positions relative to the root).
+      std::vector<float> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = r == 1 ? value(1, 3, i) : -1.0f;
+      TrafficCounters before = comm.traffic();
+      comm.broadcast(buf.data(), buf.data(), count, DataType::Float32, 1);
+      TrafficCounters after = comm.traffic();
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[i], value(1, 3, i)) << "element " << i;
+      const uint64_t attach = after.attach_reads - before.attach_reads;
+      if (rule) {
+        EXPECT_EQ(attach, 0u) << "a broadcast's edge below 512 KiB went by attach";
+      } else if (comm.cross_memory_attach()) {
+        EXPECT_EQ(attach, r == 1 ? 0u : 1u);
+      }
+      // Reduce to rank 0: leaves 1 and 3 send their input, rank 2 its partial sum of 2 and 3.
+      std::vector<float> in(count), out(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = value(r, 4, i);
+      before = comm.traffic();
+      comm.reduce(in.data(), out.data(), count, DataType::Float32, ReduceOp::Sum, 0);
+      after = comm.traffic();
+      if (r == 0) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[i], value(0, 4, i) + value(1, 4, i) + value(2, 4, i) + value(3, 4, i)) << "element " << i;
+        }
+      }
+      // Rank 0 receives from leaf 1 and from inner rank 2, rank 2 from leaf 3. The inner rank sends its partial
+      // sum from the communicator's scratch, registered memory, which its parent reads in place where the ranks
+      // can map each other's (else by attach): by descriptor either way.
+      const uint64_t by_attach = after.attach_reads - before.attach_reads;
+      const uint64_t in_place = after.registered_reads - before.registered_reads;
+      const uint64_t from_leaves = r == 0 || r == 2 ? 1 : 0, from_inner = r == 0 ? 1 : 0;
+      if (comm.cross_memory_attach()) {
+        EXPECT_EQ(by_attach + in_place, from_inner + (rule ? 0 : from_leaves));
+      } else {
+        EXPECT_EQ(by_attach, 0u);
+      }
+    });
+  }
+}
+
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation
   // removes names of this pid namespace whose creator is gone, and only those.

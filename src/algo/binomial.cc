@@ -48,8 +48,9 @@ void broadcast_binomial(OpContext& c, const void* send, void* recv, size_t count
   const bool stream = src != out && local_streams(c, bytes, 2 * bytes);
   // In place, a root with one child (two ranks) only sends, to one rank: the transport may share the
   // copying with it. Out of place, the root copies each slice into its output right after sending it.
-  const auto work = tree.parent < 0 && tree.num_children == 1 && src == out ? transport::SenderWork::idle(bytes)
-                                                                            : transport::SenderWork::busy();
+  const auto work = (tree.parent < 0 && tree.num_children == 1 && src == out ? transport::SenderWork::idle(bytes)
+                                                                             : transport::SenderWork::busy())
+                        .along_tree();
   for (size_t off = 0; off < bytes; off += c.slice_bytes) {
     size_t len = std::min(c.slice_bytes, bytes - off);
     if (tree.parent >= 0) prims.recv(tree.parent, out + off, len);
@@ -67,7 +68,7 @@ void reduce_binomial(OpContext& c, const void* send, void* recv, size_t count, i
   auto* out = static_cast<char*>(recv);
 
   if (tree.num_children == 0) {  // a leaf sends its input as it is, with nothing else to do
-    const auto work = transport::SenderWork::idle_to_reducer(bytes);
+    const auto work = transport::SenderWork::idle_to_reducer(bytes).along_tree();
     for (size_t off = 0; off < bytes; off += c.slice_bytes) {
       prims.send(tree.parent, in + off, std::min(c.slice_bytes, bytes - off), work);
     }

@@ -24,7 +24,8 @@ void broadcast_chain(OpContext& c, const void* send, void* recv, size_t count, i
   // In place, the root only sends, to one rank, so the transport may share the copying with it. Out of
   // place, it has its own copy to make: it copies each slice into its output right after sending it, while
   // the receiver reads that slice.
-  const auto work = v == 0 && src == out ? transport::SenderWork::idle(bytes) : transport::SenderWork::busy();
+  const auto work =
+      (v == 0 && src == out ? transport::SenderWork::idle(bytes) : transport::SenderWork::busy()).along_tree();
   for (size_t off = 0; off < bytes; off += c.slice_bytes) {
     size_t len = std::min(c.slice_bytes, bytes - off);
     if (v > 0) prims.recv(prev, out + off, len);

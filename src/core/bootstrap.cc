@@ -225,6 +225,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   transport::ShmOptions shm;
   shm.ring_bytes = impl->config.shm_ring_bytes;
   shm.single_copy_bytes = impl->config.shm_single_copy_bytes;
+  shm.single_copy_shared_core_bytes = impl->config.shm_single_copy_shared_core_bytes;
   shm.single_copy_busy_bytes = impl->config.shm_single_copy_busy_bytes;
   shm.cma = impl->config.shm_cma;
   shm.adapt = impl->config.shm_adapt;

@@ -157,6 +157,7 @@ Config resolve_config(const CommOptions& o) {
   size_var("CHORUS_SHM_RING_BYTES", size_t{64} << 10, size_t{256} << 20, &c.shm_ring_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_BUSY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_busy_bytes);
+  size_var("CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_shared_core_bytes);
   size_var("CHORUS_SHM_STREAM_IDLE_BYTES", 0, size_t{1} << 50, &c.shm_stream_idle_bytes);
   size_var("CHORUS_SHM_RING_FIRST_BYTES", 0, size_t{1} << 50, &c.shm_ring_first_bytes);
   size_var("CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES", 0, size_t{1} << 50, &c.shm_ring_first_in_place_bytes);

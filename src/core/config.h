@@ -33,6 +33,7 @@ struct Config {
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_single_copy_bytes = 64 << 10;
   size_t shm_single_copy_busy_bytes = 8 << 10;
+  size_t shm_single_copy_shared_core_bytes = 512 << 10;
   int shm_cma = -1;
   bool shm_adapt = true;
   uint32_t shm_explore_us = 1000000;

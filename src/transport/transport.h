@@ -66,6 +66,17 @@ struct SenderWork {
   // by cross-memory attach (ShmOptions::single_copy_busy_bytes): one read by the receiver, a system call and
   // one copy, costs less than the ring's copy in and copy out, and nothing waits for the read to end.
   bool exchange = false;
+  // An edge of a tree or a chain (a broadcast's sends, a reduce leaf's): the receiver waits for this payload
+  // and sends nothing back to this sender in the operation, and the sender then goes on to other edges or
+  // returns. Where the ranks outnumber the cores, such payloads go through the shared-memory ring up to a
+  // larger size (ShmOptions::single_copy_shared_core_bytes), so that the sender need not wait for its
+  // receiver to be scheduled.
+  bool one_way = false;
+  constexpr SenderWork along_tree() const {
+    SenderWork w = *this;
+    w.one_way = true;
+    return w;
+  }
   static constexpr SenderWork busy() { return {}; }
   static constexpr SenderWork exchanged() { return {0, false, true}; }
   static constexpr SenderWork idle(uint64_t operation_bytes) { return {operation_bytes, false}; }

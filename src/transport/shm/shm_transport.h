@@ -34,6 +34,15 @@ struct ShmOptions {
   // two copies overlap the handoff. CHORUS_SHM_SINGLE_COPY_BUSY_BYTES; at least single_copy_bytes: exchanges
   // as other sends.
   size_t single_copy_busy_bytes = 8 << 10;
+  // Where the local ranks outnumber the cores, a tree's or a chain's edge (SenderWork::one_way: a broadcast's
+  // sends, a reduce leaf's) goes by attach only from this size (at least single_copy_bytes): by attach its
+  // sender waits for the receiver to be scheduled and read, a switch between ranks that the ring's buffered
+  // copy spares it. 4 ranks on 2 cores: broadcast of 64-256 KiB 0.46-0.91 of the time, a reduce of 64-128 KiB
+  // 0.71-0.72; 3 and 8 ranks alike (docs/performance.md, "Tree edges through the rings where ranks share
+  // cores"). Exchanges, rings and inner tree ranks keep single_copy_bytes: all_gather, all_to_all and
+  // reduce_scatter of 256 KiB-1 MiB took 1.1-1.8 times as long through the rings, and a reduce's inner ranks
+  // at 8 ranks 1.1-1.2. CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES; 0: single_copy_bytes.
+  size_t single_copy_shared_core_bytes = 512 << 10;
   // Cross-memory attach (CHORUS_SHM_CMA): 1 wherever the kernel allows it, 0 never, -1 (auto) where the
   // host's lowest local rank measures at creation that an attach read costs less than kAttachPaysBelow
   // copies (ShmTransport::probe_attach_cost). Elsewhere large payloads stream through the rings.
