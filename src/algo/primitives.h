@@ -127,7 +127,8 @@ class Prims {
   // `peer` is a position in the context's group. `work`: idle(bytes of the operation to this peer) where this
   // rank does nothing else until its sends complete, with no other receiver to feed; exchanged() where the
   // receiver sends at the same time and the buffer stays as it is until the operation ends
-  // (transport::SenderWork). An asynchronous operation's sender is never idle (its caller computes meanwhile).
+  // (transport::SenderWork). An asynchronous operation's sender is never idle (its caller computes meanwhile);
+  // its tree edges are still one-way.
   transport::SendHandle send(int peer, const void* data, size_t bytes,
                              transport::SenderWork work = transport::SenderWork::busy()) {
     const int to = global(peer);
@@ -135,7 +136,7 @@ class Prims {
     // what describes the operation, and every frame sets it before use).
     c_.tag.step = c_.scratch->next_send_step(to, c_.tag.seq);
     auto h = c_.transport->isend(to, c_.tag, data, bytes, c_.deadline,
-                                 c_.caller_waits ? work : transport::SenderWork{0, false, work.exchange});
+                                 c_.caller_waits ? work : transport::SenderWork{0, false, work.exchange, work.one_way});
     count_sent(to, bytes);
     return h;
   }
