@@ -934,6 +934,43 @@ TEST(SharedCores, TreeEdgesBelowTheSharedCoreSizeGoThroughTheRings) {
   }
 }
 
+// The same edges at other world sizes, algorithms and lengths (not whole cache lines, a frame of a slice and
+// a remainder, in place and out of place, each root): every element arrives as sent and as summed, whichever
+// way each edge went.
+TEST(SharedCores, TreeEdgesCarryEveryByteAtOddSizes) {
+  ScopedEnv cma("CHORUS_SHM_CMA", "1");
+  for (const char* algo : {"broadcast:binomial;reduce:binomial", "broadcast:chain;reduce:binomial"}) {
+    ScopedEnv forced("CHORUS_ALGO", algo);
+    for (int n : {3, 5, 8}) {
+      run_world(n, shm_options(), [&](Communicator& comm) {
+        const int r = comm.rank();
+        for (size_t count : {size_t{50001}, size_t{100003}, size_t{131072} + 7}) {
+          for (int root : {0, n - 1}) {
+            SCOPED_TRACE(fmt::format("{}, {} ranks, rank {}, count {}, root {}", algo, n, r, count, root));
+            std::vector<float> buf(count), out(count, -1.0f);
+            for (size_t i = 0; i < count; ++i) buf[i] = r == root ? value(root, 5, i) : -1.0f;
+            comm.broadcast(buf.data(), buf.data(), count, DataType::Float32, root);
+            for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[i], value(root, 5, i)) << "in place, element " << i;
+            for (size_t i = 0; i < count; ++i) buf[i] = value(root, 6, i);
+            comm.broadcast(buf.data(), out.data(), count, DataType::Float32, root);
+            for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], value(root, 6, i)) << "out of place, element " << i;
+            // Small integers in float: the sum is exact in any order.
+            for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>((r + 1) * (1 + static_cast<int>(i % 97)));
+            std::fill(out.begin(), out.end(), -1.0f);
+            comm.reduce(buf.data(), out.data(), count, DataType::Float32, ReduceOp::Sum, root);
+            if (r == root) {
+              const int ranks_sum = n * (n + 1) / 2;
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_EQ(out[i], static_cast<float>(ranks_sum * (1 + static_cast<int>(i % 97)))) << "reduce, " << i;
+              }
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
 TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   // A rank that dies while creating a communicator leaves its segment's name in /dev/shm. The next creation
   // removes names of this pid namespace whose creator is gone, and only those.
