@@ -871,8 +871,7 @@ TEST(AdaptivePath, AnIdleSendersLaneStartsThroughTheRings) {
       }
       const TrafficCounters after = comm.traffic();
       if (r == 0) return;  // the root receives nothing
-      SCOPED_TRACE(fmt::format("CHORUS_SHM_IDLE_RING_FIRST='{}', probe {:.2f} copies", ring_first,
-                               comm.attach_cost()));
+      SCOPED_TRACE(fmt::format("CHORUS_SHM_IDLE_RING_FIRST='{}', probe {:.2f} copies", ring_first, comm.attach_cost()));
       EXPECT_EQ(after.idle_sender_frames - before.idle_sender_frames, 8u);
       EXPECT_EQ(after.attach_reads - before.attach_reads, first_attach ? 8u : 0u);
       EXPECT_EQ(after.ring_large_frames - before.ring_large_frames, first_attach ? 0u : 8u);

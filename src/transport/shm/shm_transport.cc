@@ -769,9 +769,9 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   const bool busy = work.exchange && !yield_;
   // Where the ranks share cores, a tree's edge by attach would make its sender wait for a switch
   // (ShmOptions::single_copy_shared_core_bytes).
-  const size_t single_copy =
-      yield_ && work.one_way ? std::max(options_.single_copy_bytes, options_.single_copy_shared_core_bytes)
-                               : options_.single_copy_bytes;
+  const size_t single_copy = yield_ && work.one_way
+                                 ? std::max(options_.single_copy_bytes, options_.single_copy_shared_core_bytes)
+                                 : options_.single_copy_bytes;
   if ((len >= single_copy || (busy && len >= options_.single_copy_busy_bytes)) && (cma_ || registered_)) {
     if (registered_) region = registered_memory::find(data, len);
     // An idle sender to a reducing receiver streams at any size (the receiver then reduces straight from the
