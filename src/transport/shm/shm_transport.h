@@ -38,8 +38,8 @@ struct ShmOptions {
   // sends, a reduce leaf's) goes by attach only from this size (at least single_copy_bytes): by attach its
   // sender waits for the receiver to be scheduled and read, a switch between ranks that the ring's buffered
   // copy spares it. 4 ranks on 2 cores: broadcast of 64-256 KiB 0.46-0.91 of the time, a reduce of 64-128 KiB
-  // 0.71-0.72; 3 and 8 ranks alike (docs/performance.md, "Tree edges through the rings where ranks share
-  // cores"). Exchanges, rings and inner tree ranks keep single_copy_bytes: all_gather, all_to_all and
+  // 0.71-0.72; broadcast at 3 and 8 ranks 0.67-0.99, reduce at 3 and 8 even (docs/performance.md, "Tree edges
+  // through the rings where ranks share cores"). Exchanges, rings and inner tree ranks keep single_copy_bytes: all_gather, all_to_all and
   // reduce_scatter of 256 KiB-1 MiB took 1.1-1.8 times as long through the rings, and a reduce's inner ranks
   // at 8 ranks 1.1-1.2. CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES; 0: single_copy_bytes.
   size_t single_copy_shared_core_bytes = 512 << 10;
