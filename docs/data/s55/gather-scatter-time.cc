@@ -36,7 +36,8 @@ int main() {
         if (b > 0) batches.push_back(slowest);  // the first batch warms
       }
       std::sort(batches.begin(), batches.end());
-      if (r == 0) std::printf("%s %zu %.2f\n", which == 0 ? "gather" : "scatter", block_bytes, batches[batches.size() / 2]);
+      if (r == 0)
+        std::printf("%s %zu %.2f\n", which == 0 ? "gather" : "scatter", block_bytes, batches[batches.size() / 2]);
     }
   }
   return 0;
