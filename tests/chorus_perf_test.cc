@@ -151,7 +151,8 @@ struct Expected {
 Expected expected_for(const std::string& coll, size_t size, const std::string& type, int n) {
   size_t ts = type_size(type);
   size_t count = size / ts;
-  if (coll == "allgather" || coll == "reducescatter" || coll == "alltoall") {
+  if (coll == "allgather" || coll == "reducescatter" || coll == "alltoall" || coll == "gather" ||
+      coll == "scatter") {
     size_t per_rank = count / n;
     return {per_rank * n * ts, per_rank};
   }
@@ -254,7 +255,11 @@ INSTANTIATE_TEST_SUITE_P(Collectives, ChorusPerfTable,
                                            PerfCase{"reduce", "float", "sum", 2},       //
                                            PerfCase{"reduce", "double", "avg", 0},      //
                                            PerfCase{"alltoall", "float", ""},           //
-                                           PerfCase{"all_to_all", "uint8", ""}),
+                                           PerfCase{"all_to_all", "uint8", ""},         //
+                                           PerfCase{"gather", "float", "", 1},          //
+                                           PerfCase{"gather", "int8", "", 0},           //
+                                           PerfCase{"scatter", "float", "", 2},         //
+                                           PerfCase{"scatter", "bfloat16", "", 0}),
                          ::testing::PrintToStringParamName());
 
 // ---- the rest of the interface ----
@@ -274,13 +279,18 @@ TEST(ChorusPerf, AllTypesAndOpsAreChecked) {
 }
 
 TEST(ChorusPerf, EveryRootInTurnWithRootMinusOne) {
-  Result r = run_perf({"reduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-r", "-1", "-o", "max"});
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
-  ASSERT_EQ(rows.size(), 3u) << r.out;
-  for (int root = 0; root < 3; ++root) {
-    EXPECT_EQ(rows[root][4], std::to_string(root));
-    EXPECT_EQ(rows[root][8], "0");
+  for (const char* coll : {"reduce", "gather", "scatter"}) {
+    std::vector<std::string> args{coll, "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-r", "-1"};
+    if (std::string(coll) == "reduce") args.insert(args.end(), {"-o", "max"});
+    Result r = run_perf(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<std::vector<std::string>> rows = data_rows(rank0_lines(r));
+    ASSERT_EQ(rows.size(), 3u) << coll << "\n" << r.out;
+    for (int root = 0; root < 3; ++root) {
+      EXPECT_EQ(rows[root][4], std::to_string(root)) << coll;
+      EXPECT_EQ(rows[root][8], "0") << coll;   // #wrong, out of place
+      EXPECT_EQ(rows[root][12], "0") << coll;  // in place
+    }
   }
 }
 
@@ -316,7 +326,8 @@ TEST(ChorusPerf, RotateZeroReusesOneSlotAndStillChecks) {
 
 // -R 1: buffers from chorus::mem_alloc, which local peers read in place; every result is still checked.
 TEST(ChorusPerf, RegisteredBuffersAreCheckedLikeAnyOther) {
-  for (const char* coll : {"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"}) {
+  for (const char* coll :
+       {"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "gather", "scatter"}) {
     Result r = run_perf({coll, "-b", "48K", "-e", "3M", "-f", "8", "-n", "3", "-w", "1", "-R", "1"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_THAT(r.out, HasSubstr("buffers registered (chorus::mem_alloc, -R 1)"));
@@ -699,7 +710,9 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, ChorusPerfForced,
                                            ForcedCase{"broadcast", "--algo", "chain"},           //
                                            ForcedCase{"reduce", "-a", "reduce_scatter_gather"},  //
                                            ForcedCase{"reduce", "-a", "linear"},                 //
-                                           ForcedCase{"alltoall", "-a", "bruck"}),
+                                           ForcedCase{"alltoall", "-a", "bruck"},                //
+                                           ForcedCase{"gather", "-a", "linear"},                 //
+                                           ForcedCase{"scatter", "--algo", "linear"}),
                          ::testing::PrintToStringParamName());
 
 TEST(ChorusPerf, DashAWithADigitKeepsMeaningTheAveragingMode) {
@@ -926,13 +939,20 @@ TEST_P(ChorusPerfTraffic, MeasuredBytesSentEqualThePrediction) {
     if (c.coll == "allgather") {  // ring and Bruck both send the N - 1 blocks a rank does not own, once each
       EXPECT_EQ(f[14], std::to_string((kRanks - 1) * count * 4));
     }
+    if (c.coll == "gather") {  // the most any rank sends: a leaf's one block (the root sends nothing)
+      EXPECT_EQ(f[14], std::to_string(count * 4));
+    }
+    if (c.coll == "scatter") {  // the root sends every block but its own
+      EXPECT_EQ(f[14], std::to_string((kRanks - 1) * count * 4));
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ChorusPerfTraffic,
                          ::testing::Values(TrafficCase{"allreduce", "ring"}, TrafficCase{"allreduce", "tree"},
                                            TrafficCase{"allreduce", "direct"}, TrafficCase{"allgather", "bruck"},
-                                           TrafficCase{"allgather", "ring"}),
+                                           TrafficCase{"allgather", "ring"}, TrafficCase{"gather", "linear"},
+                                           TrafficCase{"scatter", "linear"}),
                          ::testing::PrintToStringParamName());
 
 }  // namespace

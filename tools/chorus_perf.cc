@@ -46,7 +46,7 @@ constexpr int kFailure = 1;
 
 // ---- collectives ----
 
-enum class Coll { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll };
+enum class Coll { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter };
 
 struct CollInfo {
   Coll coll;
@@ -56,13 +56,15 @@ struct CollInfo {
   bool rooted;             // takes a root
 };
 
-constexpr std::array<CollInfo, 6> kColls{{
+constexpr std::array<CollInfo, 8> kColls{{
     {Coll::AllReduce, "allreduce", "all_reduce", true, false},
     {Coll::AllGather, "allgather", "all_gather", false, false},
     {Coll::ReduceScatter, "reducescatter", "reduce_scatter", true, false},
     {Coll::Broadcast, "broadcast", "broadcast", false, true},
     {Coll::Reduce, "reduce", "reduce", true, true},
     {Coll::AllToAll, "alltoall", "all_to_all", false, false},
+    {Coll::Gather, "gather", "gather", false, true},
+    {Coll::Scatter, "scatter", "scatter", false, true},
 }};
 
 const CollInfo* find_coll(std::string_view name) {
@@ -91,8 +93,10 @@ Layout layout_for(Coll coll, size_t count, size_t nranks) {
     case Coll::Reduce:
       return {count, count, count, 0, 0};
     case Coll::AllGather:
+    case Coll::Gather:  // the root's recv holds every block; in place there, as all_gather on every rank
       return {per_rank, per_rank, per_rank * nranks, per_rank, 0};
     case Coll::ReduceScatter:
+    case Coll::Scatter:  // the root's send holds every block
       return {per_rank, per_rank * nranks, per_rank, 0, per_rank};
     case Coll::AllToAll:
       return {per_rank, per_rank * nranks, per_rank * nranks, 0, 0};
@@ -109,6 +113,8 @@ double bus_factor(Coll coll, int nranks) {
     case Coll::AllGather:
     case Coll::ReduceScatter:
     case Coll::AllToAll:
+    case Coll::Gather:  // the root's link carries N-1 of the N blocks (nccl-tests' gather_perf and scatter_perf)
+    case Coll::Scatter:
       return (n - 1) / n;
     case Coll::Broadcast:
     case Coll::Reduce:
@@ -196,7 +202,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       "chorus-perf"};
   std::string coll_name, min_text = "32M", max_text = "32M", step_text = "1M", type_text = "float", op_text = "sum";
   app.add_option("collective", coll_name,
-                 "allreduce, allgather, reducescatter, broadcast, reduce or alltoall "
+                 "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather or scatter "
                  "(all_reduce, all_gather, reduce_scatter, all_to_all also accepted)")
       ->type_name("COLL")
       ->required();
@@ -490,8 +496,8 @@ class Pattern {
   static Pattern make_for(Coll coll, ReduceOp op, int nranks) {
     Pattern p;
     p.signed_ = kIsSigned<T>;
-    if (coll == Coll::AllGather || coll == Coll::Broadcast || coll == Coll::AllToAll || op == ReduceOp::Min ||
-        op == ReduceOp::Max) {
+    if (coll == Coll::AllGather || coll == Coll::Broadcast || coll == Coll::AllToAll || coll == Coll::Gather ||
+        coll == Coll::Scatter || op == ReduceOp::Min || op == ReduceOp::Max) {
       // Data movement and min/max: any values the type holds exactly; spread out so that a misplaced
       // element is noticed.
       p.kind_ = Kind::Spread;
@@ -1298,6 +1304,12 @@ class Bench {
       case Coll::AllToAll:
         comm_.all_to_all(send, recv, l.param, type, call);
         break;
+      case Coll::Gather:
+        comm_.gather(send, recv, l.param, type, root, call);
+        break;
+      case Coll::Scatter:
+        comm_.scatter(send, recv, l.param, type, root, call);
+        break;
     }
   }
 
@@ -1455,6 +1467,17 @@ class Bench {
         for (int j = 0; j < nranks_; ++j)
           for (size_t i = 0; i < l.param; ++i)
             expected[static_cast<size_t>(j) * l.param + i] = input(j, rank * l.param + i);
+        break;
+      case Coll::Gather:
+        if (rank_ != root) {
+          n_out = 0;  // recv is written on the root only
+          break;
+        }
+        for (int j = 0; j < nranks_; ++j)
+          for (size_t i = 0; i < l.send; ++i) expected[static_cast<size_t>(j) * l.send + i] = input(j, i);
+        break;
+      case Coll::Scatter:
+        for (size_t i = 0; i < l.recv; ++i) expected[i] = input(root, rank * l.recv + i);
         break;
     }
 
