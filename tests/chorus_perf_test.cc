@@ -151,8 +151,7 @@ struct Expected {
 Expected expected_for(const std::string& coll, size_t size, const std::string& type, int n) {
   size_t ts = type_size(type);
   size_t count = size / ts;
-  if (coll == "allgather" || coll == "reducescatter" || coll == "alltoall" || coll == "gather" ||
-      coll == "scatter") {
+  if (coll == "allgather" || coll == "reducescatter" || coll == "alltoall" || coll == "gather" || coll == "scatter") {
     size_t per_rank = count / n;
     return {per_rank * n * ts, per_rank};
   }
