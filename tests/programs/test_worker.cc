@@ -24,6 +24,11 @@
 //     MODE = replacement: a new process that joins with Communicator::join_replacement and takes part
 //     from the step the survivors agree on. Every rank that finishes prints "DONE id <id> size <n> steps <k>".
 //
+//   test_worker gather-fresh BYTES REPS
+//     REPS times a new communicator's first call (the world's, then splits of it), a gather of BYTES in all
+//     (root 0, float32), checked element by element. Prints "GATHER-FRESH rank R wrong W missed M", where M sums
+//     the new communicators' missed wake-ups (TrafficCounters::missed_wakeups, a bug when not 0).
+//
 //   test_worker kill-matrix COLL ALGO COUNT MAX_ITERS VICTIM K
 //     Every rank runs collective COLL (allreduce, allgather, ...) with algorithm ALGO on COUNT floats per rank
 //     in a loop; CHORUS_FAULT=kill:rank=VICTIM,frame=K (set by the test) kills the victim at its K-th data
@@ -224,6 +229,29 @@ int hello() {
   return 0;
 }
 
+int gather_fresh(size_t bytes, int reps) {
+  auto world = chorus::Communicator::from_env();
+  const int n = world->size(), r = world->rank();
+  const size_t per = bytes / sizeof(float) / static_cast<size_t>(n);
+  uint64_t missed = 0, wrong = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::unique_ptr<chorus::Communicator> split = rep > 0 ? world->split(0, r) : nullptr;
+    chorus::Communicator* comm = rep > 0 ? split.get() : world.get();
+    std::vector<float> in(per), out(r == 0 ? per * static_cast<size_t>(n) : 0);
+    for (size_t i = 0; i < per; ++i) in[i] = static_cast<float>((r * 131 + rep * 7 + static_cast<int>(i)) % 4093);
+    comm->gather(in.data(), out.data(), per, chorus::DataType::Float32, 0);
+    for (size_t k = 0; k < out.size(); ++k) {
+      const int q = static_cast<int>(k / per);
+      const size_t i = k % per;
+      wrong += out[k] != static_cast<float>((q * 131 + rep * 7 + static_cast<int>(i)) % 4093);
+    }
+    missed += comm->traffic().missed_wakeups;
+  }
+  say("GATHER-FRESH rank " + std::to_string(r) + " wrong " + std::to_string(wrong) + " missed " +
+      std::to_string(missed));
+  return 0;
+}
+
 int hybrid_traffic() {
   auto comm = chorus::Communicator::from_env();
   const int n = comm->size(), r = comm->rank();
@@ -287,11 +315,20 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (argc == 4 && std::strcmp(argv[1], "gather-fresh") == 0) {
+    try {
+      return gather_fresh(std::strtoull(argv[2], nullptr, 10), std::atoi(argv[3]));
+    } catch (const chorus::Error& e) {
+      std::fprintf(stderr, "test_worker: %s\n", e.what());
+      return 1;
+    }
+  }
   if (argc == 5 && std::strcmp(argv[1], "kill-in-allreduce") == 0) {
     return kill_in_allreduce(std::atoi(argv[2]), std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
   }
   std::fprintf(stderr,
                "usage: test_worker hello | hybrid-traffic | kill-in-allreduce VICTIM DELAY_MS BYTES | "
-               "train-recover MODE VICTIM KILL_STEP STEPS COUNT | kill-matrix COLL ALGO COUNT MAX_ITERS VICTIM K\n");
+               "train-recover MODE VICTIM KILL_STEP STEPS COUNT | kill-matrix COLL ALGO COUNT MAX_ITERS VICTIM K | "
+               "gather-fresh BYTES REPS\n");
   return 2;
 }

@@ -726,14 +726,21 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
     // abort() sets aborted_ before it rings: had it rung before `seen` was read, its flag is visible here (the
     // doorbell's seq_cst read synchronizes with the ring), so an abort between check_usable() above and the
     // read does not cost a whole slice of sleep.
-    if (!look(true) && !peer_failed(peer) && !aborted_.load(std::memory_order_acquire)) {
+    // The look covers our queued frames too: a consumer that freed room in its ring after our last progress()
+    // but before it could see us asleep did not ring, and a frame we wait to finish (wait_send) or that the
+    // peer waits for before it answers us is written only if we write it now. Without this, a 2-rank gather
+    // of 8 MiB (the leaf's payload streaming through the ring) lost a whole slice in about one run in three,
+    // both ranks asleep: the root waiting for the rest of the frame, the leaf for room it already had.
+    const bool wrote = write_queued();
+    if (!wrote && !look(true) && !peer_failed(peer) && !aborted_.load(std::memory_order_acquire)) {
       constexpr auto kLong = std::chrono::microseconds(100000);
       auto slice = external_busy || !ordered ? std::chrono::microseconds(200) : kLong;
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline.remaining());
       if (left < slice) slice = std::max(left, std::chrono::microseconds(1));
       timespec ts{static_cast<time_t>(slice.count() / 1000000), static_cast<long>(slice.count() % 1000000) * 1000};
       ++waits_.sleeps;
-      if (futex(&me.doorbell, FUTEX_WAIT, seen, &ts) != 0 && errno == ETIMEDOUT && slice == kLong && look(true)) {
+      if (futex(&me.doorbell, FUTEX_WAIT, seen, &ts) != 0 && errno == ETIMEDOUT && slice == kLong &&
+          (look(true) || write_queued())) {
         // Slept the whole slice although what we waited for had come: its sender did not see us asleep.
         ++waits_.missed_wakeups;
       }
@@ -1183,6 +1190,14 @@ bool ShmTransport::write_some(int peer) {
     ++p.written;
   }
   if (moved) ring_doorbell(peer);
+  return moved;
+}
+
+bool ShmTransport::write_queued() {
+  bool moved = false;
+  for (int q : local_) {
+    if (q != rank_ && !peers_[q].queue.empty()) moved |= write_some(q);
+  }
   return moved;
 }
 

@@ -328,6 +328,8 @@ class ShmTransport final : public Transport {
   void set_external_progress(std::function<bool()> fn) { external_progress_ = std::move(fn); }
   // Progress queued sends without waiting; returns true if some are still queued.
   bool progress();
+  // The same, returning whether some bytes moved (a wait's last look before it sleeps).
+  bool write_queued();
 
  private:
   struct SendReq {
