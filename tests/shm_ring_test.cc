@@ -3,18 +3,21 @@
 // the sender computed. (The producer keeps its own copy of the head and the consumer reads the shared head
 // only when its last look does not cover a frame: these tests are what keeps that bookkeeping honest.)
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "subprocess.h"
 #include "test_util.h"
@@ -1023,6 +1026,127 @@ TEST(ShmWaits, ASenderWaitingForRoomWritesWhatFitsBeforeItSleeps) {
             << cma << ", job " << job_index << "\n" << c.output;
       }
     }
+  }
+}
+
+// ---- how long a wait polls (ShmOptions::adaptive_spin) ----
+
+// Two ShmTransports in threads of this process: rank 0 sends `gaps.size()` 8-byte frames, each after sleeping its
+// gap; rank 1 receives them (on a background thread when `background`) and records its spin_budget() after each.
+std::vector<std::chrono::nanoseconds> shm_budgets_after_gaps(const std::vector<std::chrono::microseconds>& gaps,
+                                                             const transport::ShmOptions& options,
+                                                             bool background = false) {
+  std::vector<std::chrono::nanoseconds> budgets;
+  MemoryStore store;
+  const std::string prefix = fmt::format("spin{}/", ::getpid());
+  auto tag = [](size_t i) {
+    transport::MessageTag t;
+    t.op = transport::OpKind::SendRecv;
+    t.dtype = DataType::UInt8;
+    t.seq = i;
+    t.count = 8;
+    return t;
+  };
+  auto body = [&](int rank) {
+    try {
+      auto deadline = base::Deadline::after(std::chrono::seconds(60));
+      auto t = transport::ShmTransport::connect(store, prefix, rank, 2, {0, 1}, 0x5e1f5e1full, options, deadline);
+      if (rank == 0) {
+        for (size_t i = 0; i < gaps.size(); ++i) {
+          std::this_thread::sleep_for(gaps[i]);
+          const uint64_t payload = 0x0102030405060708ull + i;
+          t->isend(1, tag(i), &payload, sizeof payload, deadline, transport::SenderWork::busy());
+          t->flush(deadline);
+        }
+      } else {
+        transport::set_background_thread(background);
+        budgets.push_back(t->spin_budget());
+        for (size_t i = 0; i < gaps.size(); ++i) {
+          uint64_t got = 0;
+          t->recv(0, tag(i), &got, sizeof got, deadline);
+          EXPECT_EQ(got, 0x0102030405060708ull + i) << "frame " << i;
+          budgets.push_back(t->spin_budget());
+        }
+        transport::set_background_thread(false);
+      }
+      t->close();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    }
+  };
+  std::thread r0(body, 0), r1(body, 1);
+  r0.join();
+  r1.join();
+  return budgets;
+}
+
+TEST(ShmWaits, PollLongerAfterShortSleepsAndShorterAfterLongOnes) {
+  // Where each local rank has a core and CHORUS_SHM_SPIN is unset, a wait polls for its SpinBudget's time.
+  // Frames 300 us apart make waits that outlast the first budget (150 us) but end within the maximum (600 us):
+  // the budget grows (at least once in 100, however loaded the machine). Frames 10 ms apart then bring it back
+  // to the minimum: every such wait is longer than kShrinkFactor times the maximum.
+  using transport::ShmTransport;
+  transport::ShmOptions o;
+  o.oversubscribed = 0;
+  o.cores_contended = []() noexcept { return false; };  // the cores to itself (contended waits: the next test)
+  constexpr size_t kShortGaps = 100;
+  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(300));
+  static_assert(ShmTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
+  static_assert(ShmTransport::kSpinMin * 32 >= ShmTransport::kSpinMax, "10 long waits bring the maximum down");
+  static_assert(ShmTransport::kSpinMin < std::chrono::microseconds(300) &&
+                ShmTransport::kSpinMax > std::chrono::microseconds(300));
+  gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
+  EXPECT_TRUE(o.adaptive_spin);  // the default
+  auto budgets = shm_budgets_after_gaps(gaps, o);
+  ASSERT_EQ(budgets.size(), gaps.size() + 1);
+  EXPECT_EQ(budgets.front(), ShmTransport::kSpinMin);
+  auto grown = *std::max_element(budgets.begin(), budgets.begin() + kShortGaps + 1);
+  EXPECT_GT(grown, ShmTransport::kSpinMin);
+  EXPECT_LE(grown, ShmTransport::kSpinMax);
+  EXPECT_EQ(budgets.back(), ShmTransport::kSpinMin);
+
+  // On a background thread (the progress thread of async calls, where the caller computes meanwhile) the
+  // budget is not used and stays put; with CHORUS_SHM_SPIN's fixed count, oversubscribed (each poll yields the
+  // core), and with CHORUS_SHM_ADAPTIVE_SPIN=0 there is none (0).
+  std::vector<std::chrono::microseconds> short_gaps(20, std::chrono::microseconds(300));
+  for (auto b : shm_budgets_after_gaps(short_gaps, o, /*background=*/true)) EXPECT_EQ(b, ShmTransport::kSpinMin);
+  transport::ShmOptions fixed = o;
+  fixed.spin = 4000;
+  for (auto b : shm_budgets_after_gaps(short_gaps, fixed)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  transport::ShmOptions over = o;
+  over.oversubscribed = 1;
+  for (auto b : shm_budgets_after_gaps(short_gaps, over)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  transport::ShmOptions off = o;
+  off.adaptive_spin = false;
+  for (auto b : shm_budgets_after_gaps(short_gaps, off)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+}
+
+TEST(ShmWaits, KeepTheirShortestPollWhileOtherWorkWantsTheCores) {
+  // The same frames 300 us apart, but every wait that sleeps finds the cores contended: the budget never grows
+  // (with both ranks on one CPU beside a busy process, each exchange cost a whole poll; docs/performance.md).
+  using transport::ShmTransport;
+  transport::ShmOptions o;
+  o.oversubscribed = 0;
+  static std::atomic<int> asked{0};
+  asked = 0;
+  o.cores_contended = []() noexcept {
+    asked.fetch_add(1);
+    return true;
+  };
+  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(300));
+  for (auto b : shm_budgets_after_gaps(gaps, o)) EXPECT_EQ(b, ShmTransport::kSpinMin);
+  // Asked only by waits that slept: at least one of 40, at most one each.
+  EXPECT_GE(asked.load(), 1);
+  EXPECT_LE(asked.load(), 40);
+}
+
+TEST(ShmWaits, AdaptiveSpinIsOnByDefaultAndCHORUS_SHM_ADAPTIVE_SPINTakesZeroOrOne) {
+  for (const char* bad : {"2", "yes", "-1"}) {
+    ScopedEnv env("CHORUS_SHM_ADAPTIVE_SPIN", bad);
+    const std::string what = expect_error(ErrorCode::InvalidArgument, [] {
+      (void)Communicator::create(std::make_shared<MemoryStore>(), 0, 2, shm_options());
+    });
+    EXPECT_NE(what.find("CHORUS_SHM_ADAPTIVE_SPIN"), std::string::npos) << "'" << bad << "': " << what;
   }
 }
 

@@ -237,6 +237,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.allow_registered = impl->config.shm_registered;
   shm.allow_membarrier = impl->config.shm_membarrier;
   shm.spin = impl->config.shm_spin;
+  shm.adaptive_spin = impl->config.shm_adaptive_spin;
   // Waits yield the core between polls where this host's ranks take turns on its CPUs.
   shm.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   transport::TcpOptions topts;

@@ -189,6 +189,10 @@ Config resolve_config(const CommOptions& o) {
     if (*v < 0 || *v > 100000000) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_SHM_SPIN is out of range");
     c.shm_spin = static_cast<int>(*v);
   }
+  if (auto v = env_int("CHORUS_SHM_ADAPTIVE_SPIN")) {
+    if (*v != 0 && *v != 1) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_SHM_ADAPTIVE_SPIN must be 0 or 1");
+    c.shm_adaptive_spin = *v == 1;
+  }
   if (auto v = env_int("CHORUS_TCP_SPIN")) {
     if (*v < 0 || *v > 100000000) base::throw_error(ErrorCode::InvalidArgument, "CHORUS_TCP_SPIN is out of range");
     c.tcp_spin = static_cast<int>(*v);

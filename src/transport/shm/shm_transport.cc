@@ -559,15 +559,23 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
   t->spin_ = options.spin >= 0 ? options.spin : (t->yield_ ? 200 : 4000);
+  t->timed_spin_ = options.adaptive_spin && options.spin < 0 && !t->yield_;
+  if (options.cores_contended != nullptr) t->cores_contended_ = options.cores_contended;
   base::log_info(
-      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}", count, ring >> 10,
+      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}, a wait polls {} "
+      "times{} before it sleeps",
+      count, ring >> 10,
       t->attach_first_ ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
       t->attach_cost_ > 0 ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
                                         t->attach_cost_, kAttachPaysBelow)
                           : std::string(),
       t->adapt_ ? ", then as each receiver's timings choose" : "",
       registered ? ", or read in place from registered memory" : "",
-      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions");
+      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions", t->spin_,
+      t->timed_spin_ ? fmt::format(" and then on for {}-{} us as its earlier waits teach (CHORUS_SHM_ADAPTIVE_SPIN=1)",
+                                   std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
+                                   std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count())
+                     : std::string());
   return t;
 }
 
@@ -688,17 +696,48 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
     }
   };
   int spins = 0;
+  // Adaptive polling (ShmOptions::adaptive_spin): the wait's first round polls for spin_budget_'s time, from
+  // `wait_start` (read after kUntimedPolls polls, so that the many waits that end sooner never read the clock),
+  // before it sleeps; once it has slept, the time from `wait_start` until its data came teaches the budget.
+  // Not on the progress thread, where the caller computes meanwhile.
+  const bool timed = timed_spin_ && !on_background_thread();
+  constexpr int kUntimedPolls = 64;
+  bool extra = false, slept = false, contended = false;
+  base::Clock::time_point wait_start{};
+  auto learn = [&] {
+    if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
+  };
   while (true) {
     bool external_busy = external_progress_ && external_progress_();
     progress();
-    if (look(spins == 0)) return;
+    if (look(spins == 0)) return learn();
     if (peer_failed(peer)) throw_peer_failure(peer);
     if (peers_[peer].segment->control.closed.load(std::memory_order_acquire)) {
-      if (look(true)) return;
+      if (look(true)) return learn();
       throw_peer_failure(peer);
     }
-    if (++spins < spin_) {
-      if (yield_) {
+    bool poll_more;
+    if (timed && !slept) {
+      poll_more = ++spins <= kUntimedPolls;
+      if (!poll_more) {
+        const auto now = base::Clock::now();
+        if (spins == kUntimedPolls + 1) wait_start = now;
+        const auto polled = now - wait_start;
+        poll_more = polled < spin_budget_.budget();
+        extra = polled >= kSpinMin;
+        if (!poll_more) {
+          slept = true;  // from here on, the wait sleeps between rounds of spin_ polls, as without the budget
+          contended = cores_contended_();
+        }
+      }
+    } else {
+      poll_more = ++spins < spin_;
+    }
+    if (poll_more) {
+      if (yield_ || extra) {
+        // Past the shortest budget, each poll yields the CPU: where the scheduler has put the rank we wait
+        // for on our CPU, it runs (and the two, both runnable, are soon spread over the CPUs), where a
+        // pause-spin would hold it off for the whole budget.
         sched_yield();
       } else {
 #if defined(__x86_64__) || defined(__i386__)

@@ -17,6 +17,7 @@
 
 #include "chorus/store.h"
 #include "transport/shm/registered_memory.h"
+#include "transport/spin_budget.h"
 #include "transport/transport.h"
 
 namespace chorus::transport {
@@ -102,6 +103,19 @@ struct ShmOptions {
   // instruction on the peer's doorbell per frame (CHORUS_SHM_MEMBARRIER=0).
   bool allow_membarrier = true;
   int spin = -1;                        // polls before sleeping; -1: chosen from the core count
+  // CHORUS_SHM_ADAPTIVE_SPIN (on by default; 0 turns it off): where each local rank has a core of its own and
+  // `spin` is unset, a wait polls for as long as the transport's SpinBudget says (ShmTransport::kSpinMin to
+  // kSpinMax; the minimum is about what the fixed 4000 polls took on the development host) before it sleeps,
+  // the budget taught by the waits that slept (transport/spin_budget.h): longer after those whose data came
+  // soon after, shorter after long ones and after any that went to sleep while other work wanted the host's
+  // CPUs (then a longer poll keeps a core from it). Polls past the minimum yield the CPU. A rank that waits out
+  // its peer's copy of a few hundred microseconds (a gather's leaf while its root copies its own block)
+  // otherwise slept each time, and where idle CPUs halt at once woke late (docs/performance.md, "Shared-memory
+  // waits poll for a time that adapts"). Not on the progress thread of async calls (on_background_thread()).
+  bool adaptive_spin = true;
+  // What a timed wait asks before it sleeps: whether other work wants the host's cores. Tests put their own
+  // answer here.
+  bool (*cores_contended)() noexcept = transport::cores_contended;
   // Whether the local ranks outnumber the CPUs they may run on (then a wait yields the core between polls);
   // -1: the local ranks against this machine's hardware threads.
   int oversubscribed = -1;
@@ -145,6 +159,13 @@ class ShmTransport final : public Transport {
   // The probe behind the automatic choice, in copies (see probe_attach_cost), as the host's lowest local rank
   // measured it; 0 where it was not made (CHORUS_SHM_CMA set, no local peer, or the kernel forbids attach).
   double attach_cost() const { return attach_cost_; }
+  // ShmOptions::adaptive_spin's bounds, and the current budget of a wait's polling past its `spin` polls (0
+  // where the budget is not used: oversubscribed, CHORUS_SHM_SPIN set, or CHORUS_SHM_ADAPTIVE_SPIN=0).
+  static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(150);  // ~4000 polls here
+  static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(600);
+  std::chrono::nanoseconds spin_budget() const {
+    return timed_spin_ ? spin_budget_.budget() : std::chrono::nanoseconds(0);
+  }
   // Cross-memory attach moves a payload with one copy, by the receiver, where the rings take one on each
   // side; it also pins the sender's pages and enters the kernel per read. It pays where an attach read costs
   // less than this many plain copies of the same bytes: about two copies is what the rings cost a rank that
@@ -450,6 +471,10 @@ class ShmTransport final : public Transport {
   WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
+  // ShmOptions::adaptive_spin in force: waits poll on past spin_ polls for spin_budget_'s time.
+  bool timed_spin_ = false;
+  SpinBudget spin_budget_{kSpinMin, kSpinMax};
+  bool (*cores_contended_)() noexcept = transport::cores_contended;
   bool stream_idle_ = false;  // idle senders may stream: options_ allow it and each local rank has a core
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
