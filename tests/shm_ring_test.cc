@@ -1003,6 +1003,56 @@ TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   ::shm_unlink(("/" + stale).c_str());
 }
 
+TEST(ShmRing, PayloadsLargerThanTheRingStreamInPiecesOfAnySize) {
+  // A payload larger than the room in the ring is written in pieces of at most stream_piece_bytes, the head
+  // published after each (0: as far as the room goes). Payloads of odd lengths up to five rings, through the
+  // default 1 MiB ring, every byte checked, for pieces of one cache line, of an odd number of them, of the
+  // default size, and none.
+  const std::vector<size_t> lengths{(size_t{1} << 20) + 17, (size_t{3} << 20) + 197, size_t{5} << 20, 4096 + 3};
+  for (size_t piece : {size_t{64}, size_t{65 * 64}, size_t{128} << 10, size_t{0}}) {
+    SCOPED_TRACE("stream_piece_bytes " + std::to_string(piece));
+    transport::ShmOptions o;
+    o.cma = 0;  // every payload through the ring
+    o.stream_piece_bytes = piece;
+    MemoryStore store;
+    const std::string prefix = fmt::format("piece{}-{}/", ::getpid(), piece);
+    auto tag = [&](size_t i) {
+      transport::MessageTag t;
+      t.op = transport::OpKind::SendRecv;
+      t.dtype = DataType::UInt8;
+      t.seq = i;
+      t.count = lengths[i];
+      return t;
+    };
+    auto byte = [](size_t m, size_t i) { return static_cast<char>((i * 131 + m * 17 + (i >> 12)) & 0xff); };
+    auto body = [&](int rank) {
+      try {
+        auto deadline = base::Deadline::after(std::chrono::seconds(60));
+        auto t = transport::ShmTransport::connect(store, prefix, rank, 2, {0, 1}, 0x5e1f5e1full, o, deadline);
+        for (size_t m = 0; m < lengths.size(); ++m) {
+          std::vector<char> buf(lengths[m]);
+          if (rank == 0) {
+            for (size_t i = 0; i < buf.size(); ++i) buf[i] = byte(m, i);
+            t->isend(1, tag(m), buf.data(), buf.size(), deadline, transport::SenderWork::idle(buf.size()));
+            t->flush(deadline);
+          } else {
+            t->recv(0, tag(m), buf.data(), buf.size(), deadline);
+            size_t wrong = 0;
+            for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != byte(m, i);
+            EXPECT_EQ(wrong, 0u) << "payload " << m << " of " << lengths[m] << " bytes";
+          }
+        }
+        t->close();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": " << e.what();
+      }
+    };
+    std::thread r0(body, 0), r1(body, 1);
+    r0.join();
+    r1.join();
+  }
+}
+
 // ---- sleeping and waking ----
 
 TEST(ShmWaits, ASenderWaitingForRoomWritesWhatFitsBeforeItSleeps) {

@@ -238,6 +238,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   shm.allow_membarrier = impl->config.shm_membarrier;
   shm.spin = impl->config.shm_spin;
   shm.adaptive_spin = impl->config.shm_adaptive_spin;
+  shm.stream_piece_bytes = impl->config.shm_stream_piece_bytes;
   // Waits yield the core between polls where this host's ranks take turns on its CPUs.
   shm.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;
   transport::TcpOptions topts;

@@ -159,6 +159,7 @@ Config resolve_config(const CommOptions& o) {
   size_var("CHORUS_SHM_SINGLE_COPY_BUSY_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_busy_bytes);
   size_var("CHORUS_SHM_SINGLE_COPY_SHARED_CORE_BYTES", 0, size_t{1} << 40, &c.shm_single_copy_shared_core_bytes);
   size_var("CHORUS_SHM_STREAM_IDLE_BYTES", 0, size_t{1} << 50, &c.shm_stream_idle_bytes);
+  size_var("CHORUS_SHM_STREAM_PIECE_BYTES", 0, size_t{1} << 50, &c.shm_stream_piece_bytes);
   size_var("CHORUS_SHM_RING_FIRST_BYTES", 0, size_t{1} << 50, &c.shm_ring_first_bytes);
   size_var("CHORUS_SHM_RING_FIRST_IN_PLACE_BYTES", 0, size_t{1} << 50, &c.shm_ring_first_in_place_bytes);
   size_var("CHORUS_TCP_READ_AHEAD", 0, size_t{16} << 20, &c.tcp_read_ahead_bytes);

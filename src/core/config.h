@@ -41,6 +41,7 @@ struct Config {
   size_t shm_ring_first_bytes = size_t{4} << 20;
   size_t shm_ring_first_in_place_bytes = size_t{64} << 10;
   bool shm_idle_ring_first = true;
+  size_t shm_stream_piece_bytes = size_t{128} << 10;
   bool shm_registered = true;
   bool shm_membarrier = true;
   int shm_spin = -1;

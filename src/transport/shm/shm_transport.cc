@@ -555,6 +555,8 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->self_unlinked_ = true;
 
   t->stream_idle_ = options.stream_idle_bytes > 0 && !t->yield_;
+  t->stream_piece_ =
+      options.stream_piece_bytes > 0 ? std::max<size_t>(kAlign, options.stream_piece_bytes) : options.ring_bytes;
   // Oversubscribed, each poll yields the core (to the rank we wait for, most likely); 200 yields before
   // sleeping measured best for 4 and 8 ranks on 2 cores (8 B all_reduce: 4.2-5.3 us against 5.1-7.6 us with
   // 40, docs/performance.md). Otherwise pause-spin, which costs nothing but this core.
@@ -1204,8 +1206,11 @@ bool ShmTransport::write_some(int peer) {
     if (!r.remote) {
       const size_t done = r.written + wrote - sizeof(FrameHeader);  // body bytes already in the ring
       const size_t left = body - done;
-      size_t take = std::min<uint64_t>(left, space);
+      // At most options_.stream_piece_bytes before the head moves: the consumer copies out one piece while we
+      // copy in the next.
+      size_t take = std::min<uint64_t>({left, space, stream_piece_});
       if (take < left) take -= take % kAlign;  // a partial write ends on a cache line
+      space -= take;
       if (take > 0) {
         size_t payload = done < r.len ? std::min(take, r.len - done) : 0;  // the rest is padding
         const bool timed = payload && adapt_ && r.len >= options_.single_copy_bytes;
@@ -1224,7 +1229,11 @@ bool ShmTransport::write_some(int peer) {
     p.head = head + wrote;
     ring.head.store(p.head, std::memory_order_release);
     moved = true;
-    if (r.written < sizeof(FrameHeader) + body) break;  // the ring is full: the rest goes as space frees
+    if (r.written < sizeof(FrameHeader) + body) {
+      if (r.remote || space < kAlign) break;  // the ring is full: the rest goes as space frees
+      ring_doorbell(peer);                    // a piece of a streaming frame: its consumer may start on it
+      continue;
+    }
     p.queue.pop_front();
     ++p.written;
   }

@@ -62,6 +62,13 @@ struct ShmOptions {
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
   // (CHORUS_SHM_STREAM_IDLE_BYTES).
   size_t stream_idle_bytes = size_t{2} << 20;
+  // A payload that streams through the ring (queued: larger than the room in it when sent) is written in
+  // pieces of at most this many bytes, the ring's head published after each, so that its consumer copies one
+  // piece out while its producer copies the next in. Written as far as the room went (0, the ring's size), a
+  // payload larger than the ring moved in halves, each side waiting while the other copied: a 2-rank in-place
+  // gather of 4-64 MiB took 1.6-1.9 times as long (docs/performance.md, "Streaming payloads in pieces").
+  // CHORUS_SHM_STREAM_PIECE_BYTES.
+  size_t stream_piece_bytes = size_t{128} << 10;
   // Adapting, the rings are the first choice for the large payloads that the ranks of a reducing collective
   // (all_reduce, reduce_scatter, reduce) exchange, in calls of at least this many bytes (count times element
   // size; ShmTransport::path_class), where the probe would start them by attach: there the receiver reduces
@@ -476,6 +483,7 @@ class ShmTransport final : public Transport {
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
   bool (*cores_contended_)() noexcept = transport::cores_contended;
   bool stream_idle_ = false;  // idle senders may stream: options_ allow it and each local rank has a core
+  size_t stream_piece_ = 0;   // ShmOptions::stream_piece_bytes (the ring's size where 0)
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
   ShmSegment* self_ = nullptr;
