@@ -901,6 +901,7 @@ SendHandle ShmTransport::isend(int peer, const MessageTag& tag, const void* data
   SendReq r{make_header(FrameKind::Data, tag, len, comm_tag_, rank_), static_cast<const char*>(data), len, 0, false,
             p.posted, region};
   r.remote = remote;
+  r.piece = work.idle_bytes > 0 ? stream_piece_ : options_.ring_bytes;
   r.header.reserved1 |= marks;
   if (r.remote) {
     r.header.flags |= kFlagRemote;
@@ -1206,9 +1207,8 @@ bool ShmTransport::write_some(int peer) {
     if (!r.remote) {
       const size_t done = r.written + wrote - sizeof(FrameHeader);  // body bytes already in the ring
       const size_t left = body - done;
-      // At most options_.stream_piece_bytes before the head moves: the consumer copies out one piece while we
-      // copy in the next.
-      size_t take = std::min<uint64_t>({left, space, stream_piece_});
+      // At most r.piece before the head moves: the consumer copies out one piece while we copy in the next.
+      size_t take = std::min<uint64_t>({left, space, r.piece});
       if (take < left) take -= take % kAlign;  // a partial write ends on a cache line
       space -= take;
       if (take > 0) {

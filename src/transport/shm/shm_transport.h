@@ -62,12 +62,13 @@ struct ShmOptions {
   // cross-memory attach is about as fast); to a receiver that reduces them, at any size. 0: never
   // (CHORUS_SHM_STREAM_IDLE_BYTES).
   size_t stream_idle_bytes = size_t{2} << 20;
-  // A payload that streams through the ring (queued: larger than the room in it when sent) is written in
-  // pieces of at most this many bytes, the ring's head published after each, so that its consumer copies one
-  // piece out while its producer copies the next in. Written as far as the room went (0, the ring's size), a
-  // payload larger than the ring moved in halves, each side waiting while the other copied: a 2-rank in-place
-  // gather of 4-64 MiB took 1.6-1.9 times as long (docs/performance.md, "Streaming payloads in pieces").
-  // CHORUS_SHM_STREAM_PIECE_BYTES.
+  // An idle sender's payload (SenderWork::idle) that streams through the ring (queued: larger than the room in
+  // it when sent) is written in pieces of at most this many bytes, the ring's head published after each, so
+  // that its consumer copies one piece out while its producer copies the next in. Written as far as the room
+  // went (0, the ring's size), a payload larger than the ring moved in halves, each side waiting while the
+  // other copied: a 2-rank gather of 8-64 MiB took 1.3-1.6 times as long (docs/performance.md, "Streaming
+  // payloads in pieces"). Other senders (an exchange: both ranks copy anyway) write as far as the room goes:
+  // in pieces, 2-rank all_reduce of 1-4 MiB took 1.07-1.10 times as long. CHORUS_SHM_STREAM_PIECE_BYTES.
   size_t stream_piece_bytes = size_t{128} << 10;
   // Adapting, the rings are the first choice for the large payloads that the ranks of a reducing collective
   // (all_reduce, reduce_scatter, reduce) exchange, in calls of at least this many bytes (count times element
@@ -369,6 +370,7 @@ class ShmTransport final : public Transport {
     uint64_t index;  // frame number on this channel
     std::optional<RegionRef> region;  // a single-copy payload in registered memory
     std::chrono::steady_clock::duration copy_in{};  // adapt_: time spent copying its payload into the ring
+    size_t piece = 0;  // the most written before the ring's head moves (stream_piece_ for idle senders)
   };
   struct Peer {
     int local = -1;             // index among the host's ranks
@@ -483,7 +485,7 @@ class ShmTransport final : public Transport {
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
   bool (*cores_contended_)() noexcept = transport::cores_contended;
   bool stream_idle_ = false;  // idle senders may stream: options_ allow it and each local rank has a core
-  size_t stream_piece_ = 0;   // ShmOptions::stream_piece_bytes (the ring's size where 0)
+  size_t stream_piece_ = 0;   // ShmOptions::stream_piece_bytes (the ring's size where 0): idle senders' pieces
   std::vector<int> local_;  // communicator ranks on this host
   std::vector<Peer> peers_;  // indexed by communicator rank; only local ones are used
   ShmSegment* self_ = nullptr;
