@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1003,6 +1004,28 @@ TEST(ShmSegments, ANewCommunicatorRemovesSegmentsLeftByDeadCreators) {
   ::shm_unlink(("/" + stale).c_str());
 }
 
+// Two ShmTransports in threads of this process, ranks 0 and 1 of one host, each running body(transport, rank,
+// deadline) and then closing its transport.
+void run_shm_pair(const transport::ShmOptions& options,
+                  const std::function<void(transport::ShmTransport&, int, const base::Deadline&)>& body) {
+  static std::atomic<int> pairs{0};
+  MemoryStore store;
+  const std::string prefix = fmt::format("pair{}-{}/", ::getpid(), pairs.fetch_add(1));
+  auto rank_body = [&](int rank) {
+    try {
+      auto deadline = base::Deadline::after(std::chrono::seconds(60));
+      auto t = transport::ShmTransport::connect(store, prefix, rank, 2, {0, 1}, 0x5e1f5e1full, options, deadline);
+      body(*t, rank, deadline);
+      t->close();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    }
+  };
+  std::thread r0(rank_body, 0), r1(rank_body, 1);
+  r0.join();
+  r1.join();
+}
+
 TEST(ShmRing, PayloadsLargerThanTheRingStreamInPiecesOfAnySize) {
   // A payload larger than the room in the ring is written in pieces of at most stream_piece_bytes, the head
   // published after each (0: as far as the room goes). Payloads of odd lengths up to five rings, through the
@@ -1014,8 +1037,6 @@ TEST(ShmRing, PayloadsLargerThanTheRingStreamInPiecesOfAnySize) {
     transport::ShmOptions o;
     o.cma = 0;  // every payload through the ring
     o.stream_piece_bytes = piece;
-    MemoryStore store;
-    const std::string prefix = fmt::format("piece{}-{}/", ::getpid(), piece);
     auto tag = [&](size_t i) {
       transport::MessageTag t;
       t.op = transport::OpKind::SendRecv;
@@ -1025,31 +1046,21 @@ TEST(ShmRing, PayloadsLargerThanTheRingStreamInPiecesOfAnySize) {
       return t;
     };
     auto byte = [](size_t m, size_t i) { return static_cast<char>((i * 131 + m * 17 + (i >> 12)) & 0xff); };
-    auto body = [&](int rank) {
-      try {
-        auto deadline = base::Deadline::after(std::chrono::seconds(60));
-        auto t = transport::ShmTransport::connect(store, prefix, rank, 2, {0, 1}, 0x5e1f5e1full, o, deadline);
-        for (size_t m = 0; m < lengths.size(); ++m) {
-          std::vector<char> buf(lengths[m]);
-          if (rank == 0) {
-            for (size_t i = 0; i < buf.size(); ++i) buf[i] = byte(m, i);
-            t->isend(1, tag(m), buf.data(), buf.size(), deadline, transport::SenderWork::idle(buf.size()));
-            t->flush(deadline);
-          } else {
-            t->recv(0, tag(m), buf.data(), buf.size(), deadline);
-            size_t wrong = 0;
-            for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != byte(m, i);
-            EXPECT_EQ(wrong, 0u) << "payload " << m << " of " << lengths[m] << " bytes";
-          }
+    run_shm_pair(o, [&](transport::ShmTransport& t, int rank, const base::Deadline& deadline) {
+      for (size_t m = 0; m < lengths.size(); ++m) {
+        std::vector<char> buf(lengths[m]);
+        if (rank == 0) {
+          for (size_t i = 0; i < buf.size(); ++i) buf[i] = byte(m, i);
+          t.isend(1, tag(m), buf.data(), buf.size(), deadline, transport::SenderWork::idle(buf.size()));
+          t.flush(deadline);
+        } else {
+          t.recv(0, tag(m), buf.data(), buf.size(), deadline);
+          size_t wrong = 0;
+          for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != byte(m, i);
+          EXPECT_EQ(wrong, 0u) << "payload " << m << " of " << lengths[m] << " bytes";
         }
-        t->close();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << rank << ": " << e.what();
       }
-    };
-    std::thread r0(body, 0), r1(body, 1);
-    r0.join();
-    r1.join();
+    });
   }
 }
 
@@ -1081,14 +1092,12 @@ TEST(ShmWaits, ASenderWaitingForRoomWritesWhatFitsBeforeItSleeps) {
 
 // ---- how long a wait polls (ShmOptions::adaptive_spin) ----
 
-// Two ShmTransports in threads of this process: rank 0 sends `gaps.size()` 8-byte frames, each after sleeping its
+// Two ShmTransports (run_shm_pair): rank 0 sends `gaps.size()` 8-byte frames, each after sleeping its
 // gap; rank 1 receives them (on a background thread when `background`) and records its spin_budget() after each.
 std::vector<std::chrono::nanoseconds> shm_budgets_after_gaps(const std::vector<std::chrono::microseconds>& gaps,
                                                              const transport::ShmOptions& options,
                                                              bool background = false) {
   std::vector<std::chrono::nanoseconds> budgets;
-  MemoryStore store;
-  const std::string prefix = fmt::format("spin{}/", ::getpid());
   auto tag = [](size_t i) {
     transport::MessageTag t;
     t.op = transport::OpKind::SendRecv;
@@ -1097,36 +1106,26 @@ std::vector<std::chrono::nanoseconds> shm_budgets_after_gaps(const std::vector<s
     t.count = 8;
     return t;
   };
-  auto body = [&](int rank) {
-    try {
-      auto deadline = base::Deadline::after(std::chrono::seconds(60));
-      auto t = transport::ShmTransport::connect(store, prefix, rank, 2, {0, 1}, 0x5e1f5e1full, options, deadline);
-      if (rank == 0) {
-        for (size_t i = 0; i < gaps.size(); ++i) {
-          std::this_thread::sleep_for(gaps[i]);
-          const uint64_t payload = 0x0102030405060708ull + i;
-          t->isend(1, tag(i), &payload, sizeof payload, deadline, transport::SenderWork::busy());
-          t->flush(deadline);
-        }
-      } else {
-        transport::set_background_thread(background);
-        budgets.push_back(t->spin_budget());
-        for (size_t i = 0; i < gaps.size(); ++i) {
-          uint64_t got = 0;
-          t->recv(0, tag(i), &got, sizeof got, deadline);
-          EXPECT_EQ(got, 0x0102030405060708ull + i) << "frame " << i;
-          budgets.push_back(t->spin_budget());
-        }
-        transport::set_background_thread(false);
+  run_shm_pair(options, [&](transport::ShmTransport& t, int rank, const base::Deadline& deadline) {
+    if (rank == 0) {
+      for (size_t i = 0; i < gaps.size(); ++i) {
+        std::this_thread::sleep_for(gaps[i]);
+        const uint64_t payload = 0x0102030405060708ull + i;
+        t.isend(1, tag(i), &payload, sizeof payload, deadline, transport::SenderWork::busy());
+        t.flush(deadline);
       }
-      t->close();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    } else {
+      transport::set_background_thread(background);
+      budgets.push_back(t.spin_budget());
+      for (size_t i = 0; i < gaps.size(); ++i) {
+        uint64_t got = 0;
+        t.recv(0, tag(i), &got, sizeof got, deadline);
+        EXPECT_EQ(got, 0x0102030405060708ull + i) << "frame " << i;
+        budgets.push_back(t.spin_budget());
+      }
+      transport::set_background_thread(false);
     }
-  };
-  std::thread r0(body, 0), r1(body, 1);
-  r0.join();
-  r1.join();
+  });
   return budgets;
 }
 
