@@ -728,7 +728,9 @@ void ShmTransport::wait_until(Ready&& ready, const base::Deadline& deadline, int
         poll_more = polled < spin_budget_.budget();
         extra = polled >= kSpinMin;
         if (!poll_more) {
-          slept = true;  // from here on, the wait sleeps between rounds of spin_ polls, as without the budget
+          // From here on the wait sleeps between rounds of spin_ pause-spun polls, as without the budget.
+          slept = true;
+          extra = false;
           contended = cores_contended_();
         }
       }
