@@ -293,6 +293,19 @@ TEST(ChorusPerf, EveryRootInTurnWithRootMinusOne) {
   }
 }
 
+TEST(ChorusPerf, FooterCountsSharedMemorySleepsAndMissedWakeUps) {
+  // Every wait sleeps at once (CHORUS_SHM_SPIN=0), so the footer has sleeps to count; a missed wake-up (a sleep
+  // that ran its whole slice although its data had come) is a bug, and the footer says so where there is one.
+  ::setenv("CHORUS_SHM_SPIN", "0", 1);
+  Result r = run_perf({"gather", "-b", "1M", "-e", "4M", "-f", "4", "-n", "3", "-w", "1"});
+  ::unsetenv("CHORUS_SHM_SPIN");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> lines = rank0_lines(r);
+  EXPECT_THAT(lines, ::testing::Contains(::testing::MatchesRegex(
+                         "# shared memory waits, all ranks: [1-9][0-9]* went to sleep, 0 missed wake-ups")))
+      << r.out;
+}
+
 TEST(ChorusPerf, NoCheckPrintsNotApplicable) {
   Result r = run_perf({"allreduce", "-b", "64", "-e", "256", "-i", "64", "-n", "1", "-w", "1", "-c", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;

@@ -1748,6 +1748,10 @@ int main(int argc, char** argv) {
 
     int64_t failed = bench.local_failed_tests();
     comm->all_reduce(&failed, &failed, 1, DataType::Int64, ReduceOp::Sum);
+    // Shared memory's waits over the whole run, every rank's summed (read before the sum's own call).
+    const chorus::TrafficCounters own = comm->traffic();
+    uint64_t waits[2] = {own.sleeps, own.missed_wakeups};
+    comm->all_reduce(waits, waits, 2, DataType::UInt64, ReduceOp::Sum);
     if (rank == 0) {
       if (!compare_rows.empty()) compare_table.print_summary(compare_rows);
       fmt::print("# Out of bounds values : {} {}\n", failed, failed ? "FAILED" : "OK");
@@ -1760,6 +1764,12 @@ int main(int argc, char** argv) {
             "choices between them changed {} times; it sent {} exchange frames the way its receiver chose for their "
             "pair\n",
             t.ring_large_frames, t.attach_reads, t.idle_sender_frames, t.path_switches, t.paired_frames);
+      }
+      if (waits[0] > 0 || waits[1] > 0) {
+        fmt::print("# shared memory waits, all ranks: {} went to sleep, {} missed wake-ups{}\n", waits[0], waits[1],
+                   waits[1] > 0 ? " (a wait slept its whole 100 ms slice although what it waited for had come: a "
+                                  "bug in Chorus, please report it with this output)"
+                                : "");
       }
       stolen.print_summary();
       fmt::print("#\n");
