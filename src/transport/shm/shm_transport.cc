@@ -564,8 +564,7 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
   t->timed_spin_ = options.adaptive_spin && options.spin < 0 && !t->yield_;
   if (options.cores_contended != nullptr) t->cores_contended_ = options.cores_contended;
   base::log_info(
-      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}, a wait polls {} "
-      "times{} before it sleeps",
+      "shm transport: {} local ranks, {} KiB rings, large payloads by {}{}{}{}, wake-up checks {}, a wait polls {}",
       count, ring >> 10,
       t->attach_first_ ? "cross-memory attach (one copy)" : "streaming through the rings (two copies)",
       t->attach_cost_ > 0 ? fmt::format(" (an attach read measured at {:.1f} copies; attach where under {:.0f})",
@@ -573,11 +572,12 @@ std::unique_ptr<ShmTransport> ShmTransport::connect(Store& store, const std::str
                           : std::string(),
       t->adapt_ ? ", then as each receiver's timings choose" : "",
       registered ? ", or read in place from registered memory" : "",
-      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions", t->spin_,
-      t->timed_spin_ ? fmt::format(" and then on for {}-{} us as its earlier waits teach (CHORUS_SHM_ADAPTIVE_SPIN=1)",
+      t->asymmetric_wake_ ? "by plain loads (membarrier)" : "by locked instructions",
+      t->timed_spin_ ? fmt::format("for {}-{} us as its earlier waits teach (CHORUS_SHM_ADAPTIVE_SPIN=1) before it "
+                                   "first sleeps, then {} times between sleeps",
                                    std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
-                                   std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count())
-                     : std::string());
+                                   std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), t->spin_)
+                     : fmt::format("{} times before it sleeps", t->spin_));
   return t;
 }
 
