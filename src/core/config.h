@@ -45,8 +45,8 @@ struct Config {
   bool shm_registered = true;
   bool shm_membarrier = true;
   int shm_spin = -1;
-  // CHORUS_SHM_ADAPTIVE_SPIN (1, the default; 0: off): shm waits poll on for an adaptive time past their polls
-  // (ShmOptions::adaptive_spin).
+  // CHORUS_SHM_ADAPTIVE_SPIN (1, the default; 0: off): shm waits poll for an adaptive time before they first
+  // sleep (ShmOptions::adaptive_spin).
   bool shm_adaptive_spin = true;
   // CHORUS_STREAM_COPY: auto (-1), 0 or 1; how a rank copies its own large blocks (algo::local_copy).
   int stream_copy = -1;

@@ -167,7 +167,7 @@ class ShmTransport final : public Transport {
   // The probe behind the automatic choice, in copies (see probe_attach_cost), as the host's lowest local rank
   // measured it; 0 where it was not made (CHORUS_SHM_CMA set, no local peer, or the kernel forbids attach).
   double attach_cost() const { return attach_cost_; }
-  // ShmOptions::adaptive_spin's bounds, and the current budget of a wait's polling past its `spin` polls (0
+  // ShmOptions::adaptive_spin's bounds, and the current budget of a wait's polling before it first sleeps (0
   // where the budget is not used: oversubscribed, CHORUS_SHM_SPIN set, or CHORUS_SHM_ADAPTIVE_SPIN=0).
   static constexpr std::chrono::nanoseconds kSpinMin = std::chrono::microseconds(150);  // ~4000 polls here
   static constexpr std::chrono::nanoseconds kSpinMax = std::chrono::microseconds(600);
@@ -480,7 +480,8 @@ class ShmTransport final : public Transport {
   WaitCounters waits_;
   int spin_ = 1000;
   bool yield_ = false;  // more local ranks than cores: yield the CPU between polls
-  // ShmOptions::adaptive_spin in force: waits poll on past spin_ polls for spin_budget_'s time.
+  // ShmOptions::adaptive_spin in force: a wait's first round polls for spin_budget_'s time (then spin_ polls
+  // between sleeps).
   bool timed_spin_ = false;
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
   bool (*cores_contended_)() noexcept = transport::cores_contended;
