@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -313,6 +314,66 @@ TEST(TcpTransport, ConnectionsOnOneHostUseRenoUnlessTheSystemsChoiceIsAsked) {
   EXPECT_EQ(refused, 2);
 }
 
+// The second figure of /proc/sys/net/ipv4/tcp_rmem: the receive buffer an autotuned socket starts with.
+int autotuned_receive_buffer() {
+  std::istringstream in(base::read_first_line("/proc/sys/net/ipv4/tcp_rmem"));
+  int min = 0, start = 0;
+  in >> min >> start;
+  return start;
+}
+
+TEST(TcpTransport, ConnectionsOnOneHostReceiveIntoAFixedBufferUnlessAskedOtherwise) {
+  // Same-host connections get a fixed receive buffer (kSameHostReceiveBuffer, which the kernel books twice)
+  // where the host allows it (SO_RCVBUFFORCE, or net.core.rmem_max at least that large); elsewhere they stay
+  // autotuned and the settings line says why. 0 autotunes them; CHORUS_SOCKET_BUFFER_BYTES sets both buffers
+  // of every connection instead.
+  using transport::TcpTransport;
+  ASSERT_GT(autotuned_receive_buffer(), 0);
+  int seen[2] = {0, 0};
+  std::string settings[2];
+  auto record = [&](int rank) {
+    return [&, rank](TcpTransport& t) {
+      seen[rank] = t.receive_buffer(1 - rank);
+      settings[rank] = t.settings();
+    };
+  };
+  run_pair(record(0), record(1));
+  if (seen[0] == 2 * TcpTransport::kSameHostReceiveBuffer) {
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(seen[r], 2 * TcpTransport::kSameHostReceiveBuffer);
+      EXPECT_NE(settings[r].find("a fixed receive buffer of 4194304 bytes on same-host connections "
+                                 "(CHORUS_TCP_SAME_HOST_RCVBUF), others autotuned"),
+                std::string::npos)
+          << settings[r];
+    }
+  } else {
+    // Neither CAP_NET_ADMIN nor a large enough rmem_max: left as autotuning made it, and said so.
+    const long long rmem_max = std::stoll(base::read_first_line("/proc/sys/net/core/rmem_max"));
+    EXPECT_LT(rmem_max, TcpTransport::kSameHostReceiveBuffer);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(settings[r].find("net.core.rmem_max is under the 4194304 bytes"), std::string::npos) << settings[r];
+    }
+  }
+
+  transport::TcpOptions autotuned;
+  autotuned.same_host_receive_buffer_bytes = 0;
+  run_pair(record(0), record(1), autotuned);
+  for (int r = 0; r < 2; ++r) {
+    // Nothing has been received yet, so autotuning has not grown it.
+    EXPECT_EQ(seen[r], autotuned_receive_buffer());
+    EXPECT_NE(settings[r].find("socket buffers autotuned by the kernel"), std::string::npos) << settings[r];
+  }
+
+  transport::TcpOptions both;
+  both.socket_buffer_bytes = 64 << 10;  // under any rmem_max a Linux host ships with
+  run_pair(record(0), record(1), both);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(seen[r], 2 * (64 << 10));
+    EXPECT_NE(settings[r].find("socket buffers of 65536 bytes (CHORUS_SOCKET_BUFFER_BYTES)"), std::string::npos)
+        << settings[r];
+  }
+}
+
 // Each value of the environment variable `name` makes a tcp communicator's creation fail with InvalidArgument
 // naming the variable.
 void expect_tcp_setting_refused(const char* name, std::initializer_list<const char*> values) {
@@ -387,6 +448,12 @@ TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
   expect_right_results_with("CHORUS_TCP_ADAPTIVE_SPIN", {"0", "1"});
 }
 
+TEST(TcpTransport, SameHostReceiveBufferSettingIsCheckedAndEveryValueGivesRightResults) {
+  // CHORUS_TCP_SAME_HOST_RCVBUF: a size up to 1 GiB; 0 autotunes same-host connections too.
+  expect_tcp_setting_refused("CHORUS_TCP_SAME_HOST_RCVBUF", {"lots", "-1", "2G"});
+  expect_right_results_with("CHORUS_TCP_SAME_HOST_RCVBUF", {"0", "64K", "4M"});
+}
+
 TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {
   // CHORUS_TCP_READ_AHEAD: bytes a receive of a small frame may read past it. Not a size, or above 16 MiB, is
   // refused at creation, naming the variable; none, less than a header, and 1 MiB give right results.
@@ -428,13 +495,15 @@ TEST(SpinBudget, DoublesAfterShortSleepsHalvesAfterLongOnesAndStaysInItsBounds) 
   EXPECT_EQ(flat.budget(), microseconds(40));
 }
 
-// Rank 0 sends `gaps.size()` 8-byte frames, each after sleeping its gap; rank 1 receives them (on a background
-// thread when `background`) and records its transport's spin_budget() after each.
+// Rank 0 sends `gaps.size()` frames of `bytes`, each after sleeping its gap; rank 1 receives them (on a
+// background thread when `background`) and records its transport's spin_budget() after each, or
+// large_spin_budget() when `large`.
 std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::chrono::microseconds>& gaps,
-                                                         const transport::TcpOptions& options,
-                                                         bool background = false) {
+                                                         const transport::TcpOptions& options, bool background = false,
+                                                         size_t bytes = 8, bool large = false) {
   std::vector<std::chrono::nanoseconds> budgets;
-  const Frame f{8, false};
+  const Frame f{bytes, false};
+  auto budget = [large](const transport::TcpTransport& t) { return large ? t.large_spin_budget() : t.spin_budget(); };
   run_pair(
       [&](transport::TcpTransport& t) {
         auto deadline = base::Deadline::after(std::chrono::seconds(60));
@@ -448,12 +517,13 @@ std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::
       [&](transport::TcpTransport& t) {
         transport::set_background_thread(background);
         auto deadline = base::Deadline::after(std::chrono::seconds(60));
-        budgets.push_back(t.spin_budget());
+        budgets.push_back(budget(t));
+        const std::vector<char> expected = payload_of(0, f);  // once: the receiver must not fall behind the gaps
+        std::vector<char> got(f.bytes);
         for (size_t i = 0; i < gaps.size(); ++i) {
-          std::vector<char> got(f.bytes);
           t.recv(0, tag_of(i, f), got.data(), f.bytes, deadline);
-          EXPECT_EQ(got, payload_of(0, f)) << "frame " << i;
-          budgets.push_back(t.spin_budget());
+          EXPECT_EQ(got, expected) << "frame " << i;
+          budgets.push_back(budget(t));
         }
         transport::set_background_thread(false);
       },
@@ -503,6 +573,43 @@ TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOne
   off.oversubscribed = 0;
   off.adaptive_spin = false;
   for (auto b : budgets_after_gaps(short_gaps, off)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+}
+
+TEST(TcpTransport, LargeReceivesPollForABudgetOfTheirOwn) {
+  // A receive of more than 64 KiB polls each of its waits (for the peer's first segment, between segments) for a
+  // SpinBudget of its own, which adapts as the small receives' does and leaves theirs alone. Before, a large
+  // receive polled 64 times in all and then slept at every gap, and two ranks exchanging 512 KiB-4 MiB fell into
+  // chains of late wake-ups (docs/performance.md, "Large tcp receives poll for a time too").
+  using transport::TcpTransport;
+  transport::TcpOptions o;
+  o.oversubscribed = 0;
+  o.adaptive_spin = true;
+  o.cores_contended = []() noexcept { return false; };
+  constexpr size_t kBytes = 256 << 10;
+  constexpr size_t kShortGaps = 100;
+  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
+  gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
+  auto large = budgets_after_gaps(gaps, o, false, kBytes, /*large=*/true);
+  ASSERT_EQ(large.size(), gaps.size() + 1);
+  EXPECT_EQ(large.front(), TcpTransport::kSpinMin);
+  auto grown = *std::max_element(large.begin(), large.begin() + kShortGaps + 1);
+  EXPECT_GT(grown, TcpTransport::kSpinMin);
+  EXPECT_LE(grown, TcpTransport::kSpinMax);
+  EXPECT_EQ(large.back(), TcpTransport::kSpinMin);
+  // The small receives' budget is not touched by large receives' waits.
+  for (auto b : budgets_after_gaps(gaps, o, false, kBytes, /*large=*/false)) EXPECT_EQ(b, TcpTransport::kSpinMin);
+  // On the progress thread of async calls, with CHORUS_TCP_SPIN's count, and oversubscribed: no budget, as for
+  // small receives (a large receive then polls the fixed count in all, as before).
+  std::vector<std::chrono::microseconds> short_gaps(20, std::chrono::microseconds(100));
+  for (auto b : budgets_after_gaps(short_gaps, o, /*background=*/true, kBytes, true)) {
+    EXPECT_EQ(b, TcpTransport::kSpinMin);
+  }
+  transport::TcpOptions fixed = o;
+  fixed.spin = 64;
+  for (auto b : budgets_after_gaps(short_gaps, fixed, false, kBytes, true)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  transport::TcpOptions over = o;
+  over.oversubscribed = 1;
+  for (auto b : budgets_after_gaps(short_gaps, over, false, kBytes, true)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
 }
 
 TEST(TcpTransport, SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores) {
@@ -568,8 +675,9 @@ TEST(TcpTransport, SettingsNameTheTunablesInForce) {
       << defaults;
   EXPECT_NE(defaults.find("polls"), std::string::npos) << defaults;
   if (!transport::more_ranks_than_cores(2)) {
-    EXPECT_NE(defaults.find("a receive of up to 64 KiB polls for 40-320 us (adapted to its waits and to contention "
-                            "for the CPUs), a larger one 64 times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)"),
+    EXPECT_NE(defaults.find("each wait of a receive polls for 40-320 us (adapted to its waits and to contention "
+                            "for the CPUs, apart for receives of up to 64 KiB and larger ones) before it sleeps "
+                            "(CHORUS_TCP_ADAPTIVE_SPIN=1)"),
               std::string::npos)
         << defaults;
     const std::string fixed = settings_with({{"CHORUS_TCP_ADAPTIVE_SPIN", "0"}});

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/files.h"
 
 namespace chorus::base {
 
@@ -216,6 +218,19 @@ void set_buffer_sizes(int fd, int bytes) {
   if (bytes <= 0) return;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+int set_receive_buffer(int fd, int bytes) {
+  if (bytes <= 0) return 0;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0) {
+    const std::string max = read_first_line("/proc/sys/net/core/rmem_max");
+    char* end = nullptr;
+    const long long limit = max.empty() ? -1 : std::strtoll(max.c_str(), &end, 10);
+    if (limit < bytes || setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) return 0;
+  }
+  int got = 0;
+  socklen_t len = sizeof(got);
+  return getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &got, &len) == 0 ? got : 0;
 }
 
 bool same_host(int fd) {

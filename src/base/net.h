@@ -90,6 +90,12 @@ void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
 // Sets SO_SNDBUF/SO_RCVBUF (best effort; 0 leaves the kernel's autotuning on).
 void set_buffer_sizes(int fd, int bytes);
+// Fixes the socket's receive buffer at `bytes` (SO_RCVBUF; the kernel books twice that, half for its own
+// overhead), which turns the kernel's receive-buffer autotuning off for it. Beyond net.core.rmem_max only with
+// CAP_NET_ADMIN (SO_RCVBUFFORCE); where neither allows `bytes`, the socket is left as it is, since a buffer
+// clamped to a small rmem_max would be smaller than autotuning makes it. Returns the buffer the kernel reports
+// afterwards (SO_RCVBUF), or 0 where it was left alone.
+int set_receive_buffer(int fd, int bytes);
 // Whether a connected socket's two ends are addresses of this host: the peer's address is a loopback address,
 // or the same address as ours.
 bool same_host(int fd);

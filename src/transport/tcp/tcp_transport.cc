@@ -214,12 +214,24 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
   if (accept_error) std::rethrow_exception(accept_error);
 
   int same_host = 0;
+  t->socket_buffer_bytes_ = options.socket_buffer_bytes;
+  if (options.socket_buffer_bytes <= 0) {
+    t->same_host_rcvbuf_asked_ =
+        options.same_host_receive_buffer_bytes < 0 ? kSameHostReceiveBuffer : options.same_host_receive_buffer_bytes;
+  }
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     int fd = t->peers_[p].fd.get();
     base::set_nonblocking(fd, true);
     base::set_nodelay(fd);
     base::set_buffer_sizes(fd, options.socket_buffer_bytes);
+    if (base::same_host(fd)) {
+      ++t->same_host_;
+      // Before any payload flows, so that no transfer runs in a window autotuning has not grown yet.
+      if (t->same_host_rcvbuf_asked_ > 0) {
+        t->same_host_rcvbuf_ = base::set_receive_buffer(fd, t->same_host_rcvbuf_asked_);
+      }
+    }
     set_congestion(fd, options.congestion, rank, p, &same_host);
   }
   t->congestion_ = options.congestion;
@@ -265,19 +277,43 @@ std::string TcpTransport::settings() const {
   const std::string spin =
       timed_spin_
           ? fmt::format(
-                "a receive of up to {} KiB polls for {}-{} us (adapted to its waits and to contention for the "
-                "CPUs), a larger one {} times, before it sleeps (CHORUS_TCP_ADAPTIVE_SPIN=1)",
-                kTimedSpinMaxBytes >> 10, std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
-                std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), spin_)
+                "each wait of a receive polls for {}-{} us (adapted to its waits and to contention for the "
+                "CPUs, apart for receives of up to {} KiB and larger ones) before it sleeps "
+                "(CHORUS_TCP_ADAPTIVE_SPIN=1)",
+                std::chrono::duration_cast<std::chrono::microseconds>(kSpinMin).count(),
+                std::chrono::duration_cast<std::chrono::microseconds>(kSpinMax).count(), kTimedSpinMaxBytes >> 10)
           : fmt::format("{} polls{} before a receive sleeps (CHORUS_TCP_SPIN)", spin_,
                         yield_ ? ", each yielding the core," : "");
-  return fmt::format("tcp: {} (CHORUS_TCP_CONGESTION={}); {}; {} (CHORUS_TCP_READ_AHEAD)", cc, congestion_, spin,
-                     ahead);
+  std::string buffers;
+  if (socket_buffer_bytes_ > 0) {
+    buffers = fmt::format("socket buffers of {} bytes (CHORUS_SOCKET_BUFFER_BYTES)", socket_buffer_bytes_);
+  } else if (same_host_ == 0 || same_host_rcvbuf_asked_ == 0) {
+    buffers = "socket buffers autotuned by the kernel";
+  } else if (same_host_rcvbuf_ == 0) {
+    buffers = fmt::format(
+        "socket buffers autotuned by the kernel (net.core.rmem_max is under the {} bytes "
+        "CHORUS_TCP_SAME_HOST_RCVBUF asks for same-host connections)",
+        same_host_rcvbuf_asked_);
+  } else {
+    buffers = fmt::format(
+        "a fixed receive buffer of {} bytes on same-host connections "
+        "(CHORUS_TCP_SAME_HOST_RCVBUF), others autotuned",
+        same_host_rcvbuf_asked_);
+  }
+  return fmt::format("tcp: {} (CHORUS_TCP_CONGESTION={}); {}; {} (CHORUS_TCP_READ_AHEAD); {}", cc, congestion_, spin,
+                     ahead, buffers);
 }
 
 std::string TcpTransport::congestion_control(int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer].fd.valid()) return "";
   return base::congestion_control(peers_[peer].fd.get());
+}
+
+int TcpTransport::receive_buffer(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer].fd.valid()) return 0;
+  int bytes = 0;
+  socklen_t len = sizeof(bytes);
+  return getsockopt(peers_[peer].fd.get(), SOL_SOCKET, SO_RCVBUF, &bytes, &len) == 0 ? bytes : 0;
 }
 
 void TcpTransport::setup_epoll() {
@@ -553,20 +589,27 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   // bytes, so that its payload is never copied twice.
   const bool read_ahead = len <= read_ahead_bytes_ / 4;
   int spins = 0;
-  // A small receive's wait polls for spin_budget_'s time: from its first empty poll (wait_start) until it
-  // sleeps; once it has slept, the time it took teaches the budget (transport/spin_budget.h).
-  const bool timed = timed_spin_ && len <= kTimedSpinMaxBytes && !on_background_thread();
+  // Each wait of a receive polls for a SpinBudget's time: from its first empty poll (wait_start) until it
+  // sleeps; once it has slept, the time it took teaches the budget (transport/spin_budget.h). Small receives
+  // and large ones keep budgets of their own: a large receive waits once per gap between the peer's segments,
+  // and in a chain of sleeping waits (below) for the peer's late start.
+  const bool small = len <= kTimedSpinMaxBytes;
+  const bool timed = timed_spin_ && !on_background_thread();
+  SpinBudget& budget = small ? spin_budget_ : large_spin_budget_;
   bool waiting = false, slept = false, contended = false;
+  uint32_t wait_polls = 0;  // empty polls in this wait
   base::Clock::time_point wait_start{};
   // Whether to read the socket now. After a read found it empty, a small one-way receive's wait reads it again
   // only once epoll says it is readable (or every kReadEveryPolls polls regardless): an empty readv takes the
   // socket's lock, which the peer's delivery of the frame we wait for also takes, and where the peer streams
   // frames to us (a broadcast's root, a reduce's leaf) a receive that polled by reading slowed it. One-way: we
   // sent the peer nothing since our last receive from it. In an exchange (we just sent to it too) the peer is
-  // not the one held up, and the extra epoll_wait before the read only added to each call; a large receive
-  // reads at every poll as well, since between its segments that extra syscall cost more than the contention
-  // (docs/performance.md, "One-way tcp receives poll epoll, not the socket").
-  const bool gate_reads = len <= kTimedSpinMaxBytes && !p.sent_since_receive;
+  // not the one held up, and the extra epoll_wait before the read only added to each call. A large receive's
+  // wait reads at each of its first kLargeReadPolls polls as well, since between its segments that extra syscall
+  // cost more than the contention (docs/performance.md, "One-way tcp receives poll epoll, not the socket"); past
+  // them it waits for the peer, and reads only once epoll says so: polling for the budget's time by reading
+  // left 2-rank all_reduces slow in 4 of 12 runs against 1 ("Large tcp receives poll for a time too").
+  const bool gate_reads = small && !p.sent_since_receive;
   p.sent_since_receive = false;
   bool try_read = true;
   uint32_t unread_polls = 0;
@@ -577,7 +620,8 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
     if (pgot < piece) iov[n++] = {pdst + pgot, piece - pgot};
     if (n > 0) {
       const bool buffered = p.ahead_pos < p.ahead_end || p.stash_pos < p.stash.size() || p.hung_up;
-      ssize_t r = !gate_reads || try_read || buffered || ++unread_polls % kReadEveryPolls == 0
+      const bool gated = gate_reads || (timed && !small && wait_polls > kLargeReadPolls);
+      ssize_t r = !gated || try_read || buffered || ++unread_polls % kReadEveryPolls == 0
                       ? read_some(peer, iov, n, read_ahead)
                       : -1;
       if (r < 0) {
@@ -588,7 +632,8 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
             waiting = true;
             wait_start = now;
           }
-          poll_more = !slept && now - wait_start < spin_budget_.budget();
+          poll_more = !slept && now - wait_start < budget.budget();
+          ++wait_polls;
           if (!poll_more && !slept) {
             slept = true;
             contended = cores_contended_();
@@ -607,8 +652,9 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
       }
       try_read = true;
       if (waiting) {
-        if (slept) spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
+        if (slept) budget.after_sleep(base::Clock::now() - wait_start, contended);
         waiting = slept = false;
+        wait_polls = 0;
       }
       if (r == 0) {
         handle_hangup(peer);

@@ -23,7 +23,10 @@ namespace chorus::transport {
 
 struct TcpOptions {
   std::string ifname;           // interface to listen on; empty: see choose_listen_address
-  int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's autotuning
+  int socket_buffer_bytes = 0;  // SO_SNDBUF/SO_RCVBUF on every connection; 0 keeps the kernel's autotuning
+  // Where socket_buffer_bytes is 0: the receive buffer of connections whose two ends are addresses of this host
+  // (CHORUS_TCP_SAME_HOST_RCVBUF; 0 autotunes them too). See TcpTransport::kSameHostReceiveBuffer.
+  int same_host_receive_buffer_bytes = -1;  // -1: kSameHostReceiveBuffer
   // Congestion control (CHORUS_TCP_CONGESTION). "auto": connections whose two ends are addresses of this host
   // use kSameHostCongestion, others the system's default; "system": the system's default everywhere; any other
   // name: that algorithm on every connection (an Error if the kernel refuses it).
@@ -59,6 +62,15 @@ class TcpTransport final : public Transport {
   // (2026-12-03) 2-rank tcp all_reduces of 128 KiB to 2 MiB took 0.51-0.55 times as long with reno as with
   // bbr, and small ones the same. Any process may choose reno.
   static constexpr const char* kSameHostCongestion = "reno";
+  // What a connection between two addresses of one host receives into, fixed (SO_RCVBUF; the kernel books
+  // twice this), where no socket buffer size is asked for. With the kernel's autotuning, the receive buffer starts
+  // at tcp_rmem's default (128 KiB) and grows with what the reader takes; while it is small the sender is held
+  // by the window, its congestion window is not used up and shrinks, and on the 2-core test host (2026-12-07)
+  // that left some connections with a congestion window of about 20 segments for the rest of the run: 512 KiB-
+  // 4 MiB all_gathers and all_reduces then took 1.3-1.7 times as long in about one launch of three. With a fixed
+  // buffer of 4 MiB, none of 30 launches did (docs/performance.md, "A fixed receive buffer on same-host tcp").
+  // Across hosts, where the window a path needs is unknown, autotuning stays.
+  static constexpr int kSameHostReceiveBuffer = 4 << 20;
   // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
   // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
   // wait took 134-160 us in one hour and 360-390 us in another, docs/performance.md). The maximum is the
@@ -72,8 +84,15 @@ class TcpTransport final : public Transport {
   std::chrono::nanoseconds spin_budget() const {
     return timed_spin_ ? spin_budget_.budget() : std::chrono::nanoseconds(0);
   }
+  // The same for each wait of a receive of more than kTimedSpinMaxBytes.
+  std::chrono::nanoseconds large_spin_budget() const {
+    return timed_spin_ ? large_spin_budget_.budget() : std::chrono::nanoseconds(0);
+  }
   // The congestion control of the connection to `peer` ("" for this rank or when it cannot be read).
   std::string congestion_control(int peer) const;
+  // The receive buffer of the connection to `peer`, as SO_RCVBUF reports it (0 for this rank or when it cannot be
+  // read): twice what was asked where it was fixed, else autotuning's current size.
+  int receive_buffer(int peer) const;
   // Congestion control, spin and read-ahead in force, e.g. "tcp: reno on the 1 connection within this host
   // (CHORUS_TCP_CONGESTION=auto); 64 polls before a receive sleeps (CHORUS_TCP_SPIN); read-ahead of 16384 bytes
   // past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)".
@@ -120,6 +139,9 @@ class TcpTransport final : public Transport {
   // A small one-way receive waiting for its socket reads it only once epoll reports it readable, and
   // regardless after this many polls that did not (receive).
   static constexpr uint32_t kReadEveryPolls = 64;
+  // A large receive's wait reads the socket at each of its first this many polls, then as a one-way receive
+  // does (receive).
+  static constexpr uint32_t kLargeReadPolls = 16;
 
   struct SendReq {
     FrameHeader header;
@@ -185,10 +207,19 @@ class TcpTransport final : public Transport {
   // the readv polls taking the socket's lock from the sender's delivery of the next segment.
   bool timed_spin_ = false;
   SpinBudget spin_budget_{kSpinMin, kSpinMax};
+  // The same for each wait of a larger receive (between the peer's segments, or for its late start). Before it,
+  // such a receive polled 64 times in all and then slept at every gap: where one rank of a 2-rank exchange woke
+  // late, the other's polls ran out and it slept too, call after call, and 512 KiB-4 MiB all_reduces took about
+  // 1.5 times as long for whole benchmark rows in about a third of the runs (docs/performance.md).
+  SpinBudget large_spin_budget_{kSpinMin, kSpinMax};
   bool (*cores_contended_)() noexcept = transport::cores_contended;  // TcpOptions::cores_contended
   size_t read_ahead_bytes_ = 0;
   std::string congestion_;  // TcpOptions::congestion
   int same_host_reno_ = 0;  // connections within this host given kSameHostCongestion ("auto")
+  int same_host_ = 0;       // connections whose two ends are addresses of this host
+  int socket_buffer_bytes_ = 0;     // TcpOptions::socket_buffer_bytes
+  int same_host_rcvbuf_asked_ = 0;  // TcpOptions::same_host_receive_buffer_bytes in force (0: none)
+  int same_host_rcvbuf_ = 0;        // the receive buffer the kernel reported for them (0: left autotuned)
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
