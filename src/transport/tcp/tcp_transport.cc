@@ -608,7 +608,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   // wait reads at each of its first kLargeReadPolls polls as well, since between its segments that extra syscall
   // cost more than the contention (docs/performance.md, "One-way tcp receives poll epoll, not the socket"); past
   // them it waits for the peer, and reads only once epoll says so: polling for the budget's time by reading
-  // left 2-rank all_reduces slow in 4 of 12 runs against 1 ("Large tcp receives poll for a time too").
+  // left 2-rank all_reduces slow in 2 of 12 runs against 0 ("Large tcp receives poll for a time too").
   const bool gate_reads = small && !p.sent_since_receive;
   p.sent_since_receive = false;
   bool try_read = true;

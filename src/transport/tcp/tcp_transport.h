@@ -63,13 +63,14 @@ class TcpTransport final : public Transport {
   // bbr, and small ones the same. Any process may choose reno.
   static constexpr const char* kSameHostCongestion = "reno";
   // What a connection between two addresses of one host receives into, fixed (SO_RCVBUF; the kernel books
-  // twice this), where no socket buffer size is asked for. With the kernel's autotuning, the receive buffer starts
-  // at tcp_rmem's default (128 KiB) and grows with what the reader takes; while it is small the sender is held
-  // by the window, its congestion window is not used up and shrinks, and on the 2-core test host (2026-12-07)
-  // that left some connections with a congestion window of about 20 segments for the rest of the run: 512 KiB-
-  // 4 MiB all_gathers and all_reduces then took 1.3-1.7 times as long in about one launch of three. With a fixed
-  // buffer of 4 MiB, none of 30 launches did (docs/performance.md, "A fixed receive buffer on same-host tcp").
-  // Across hosts, where the window a path needs is unknown, autotuning stays.
+  // twice this), where no socket buffer size is asked for. With the kernel's autotuning the receive buffer starts
+  // at tcp_rmem's default (128 KiB) and grows with what the reader takes. On the 2-core test host (2026-12-07)
+  // 512 KiB-4 MiB calls of 2-rank sweeps then took 1.3-1.7 times as long for the whole run in 29 of 88 launches,
+  // and in the slow all_gather launches a connection ended with a congestion window of 12-29 segments, in the
+  // fast ones both with 50-105 (likely: early transfers held by a small window leave the congestion window
+  // unused, and the kernel shrinks an unused one). With a fixed buffer of 4 MiB (and large receives' own poll budget) 1 of 58 launches
+  // was slow (docs/performance.md, "A fixed receive buffer on same-host tcp"). Across hosts, where the window a
+  // path needs is unknown, autotuning stays.
   static constexpr int kSameHostReceiveBuffer = 4 << 20;
   // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
   // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
