@@ -531,48 +531,60 @@ std::vector<std::chrono::nanoseconds> budgets_after_gaps(const std::vector<std::
   return budgets;
 }
 
-TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
-  // With adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1, the default), without oversubscription and without
-  // CHORUS_TCP_SPIN, a small receive polls for its SpinBudget's time.
-  // Frames 100 us apart make waits that outlast the first budget (40 us) but end within the maximum: the
-  // budget grows (at least once in 100, however loaded the machine: under ctest's parallel jobs one run of 40
-  // found none). Frames 10 ms apart then bring it back to the minimum: every such wait is longer than
-  // kShrinkFactor times the maximum.
-  using transport::TcpTransport;
+// Options under which a receive polls for its SpinBudget's time: adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=1, the
+// default), without oversubscription and without CHORUS_TCP_SPIN, and the cores to itself whatever else runs
+// beside the test (contended waits are SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores').
+transport::TcpOptions timed_poll_options() {
   transport::TcpOptions o;
   o.oversubscribed = 0;
   o.adaptive_spin = true;
-  // The cores to itself, whatever else runs beside the test (contended waits are the next test's).
   o.cores_contended = []() noexcept { return false; };
+  return o;
+}
+
+// Frames of `bytes` 100 us apart make waits that outlast the first budget (40 us) but end within the maximum:
+// the budget (the large receives' one when `large`) grows (at least once in 100, however loaded the machine:
+// under ctest's parallel jobs one run of 40 found none). Frames 10 ms apart then bring it back to the minimum:
+// every such wait is longer than kShrinkFactor times the maximum.
+void expect_budget_grows_then_shrinks(size_t bytes, bool large) {
+  using transport::TcpTransport;
   constexpr size_t kShortGaps = 100;
   std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
   static_assert(TcpTransport::kSpinMax * transport::SpinBudget::kShrinkFactor < std::chrono::milliseconds(10));
   gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
-  auto budgets = budgets_after_gaps(gaps, o);
+  auto budgets = budgets_after_gaps(gaps, timed_poll_options(), false, bytes, large);
   ASSERT_EQ(budgets.size(), gaps.size() + 1);
   EXPECT_EQ(budgets.front(), TcpTransport::kSpinMin);
   auto grown = *std::max_element(budgets.begin(), budgets.begin() + kShortGaps + 1);
   EXPECT_GT(grown, TcpTransport::kSpinMin);
   EXPECT_LE(grown, TcpTransport::kSpinMax);
   EXPECT_EQ(budgets.back(), TcpTransport::kSpinMin);
+}
 
-  // On a background thread (core's progress engine, where the caller computes meanwhile) and with
-  // CHORUS_TCP_SPIN's fixed count the budget is not used: it stays put, and reads 0 with the fixed count.
-  std::vector<std::chrono::microseconds> short_gaps(20, std::chrono::microseconds(100));
-  for (auto b : budgets_after_gaps(short_gaps, o, /*background=*/true)) EXPECT_EQ(b, TcpTransport::kSpinMin);
+// Where the budget does not apply, frames of `bytes` 100 us apart leave it put: on a background thread (core's
+// progress engine, where the caller computes meanwhile), and it reads 0 with CHORUS_TCP_SPIN's fixed count,
+// oversubscribed (a few yielding polls) and without adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=0).
+void expect_no_budget_where_it_does_not_apply(size_t bytes, bool large) {
+  using transport::TcpTransport;
+  const transport::TcpOptions o = timed_poll_options();
+  std::vector<std::chrono::microseconds> gaps(20, std::chrono::microseconds(100));
+  for (auto b : budgets_after_gaps(gaps, o, /*background=*/true, bytes, large)) EXPECT_EQ(b, TcpTransport::kSpinMin);
   transport::TcpOptions fixed = o;
   fixed.spin = 64;
-  for (auto b : budgets_after_gaps(short_gaps, fixed)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
-  // Oversubscribed: a few yielding polls, no budget; and without adaptive_spin (CHORUS_TCP_ADAPTIVE_SPIN=0) none
-  // either.
   transport::TcpOptions over = o;
   over.oversubscribed = 1;
-  for (auto b : budgets_after_gaps(short_gaps, over)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
-  transport::TcpOptions off;
-  EXPECT_TRUE(off.adaptive_spin);  // the default
-  off.oversubscribed = 0;
+  transport::TcpOptions off = o;
+  EXPECT_TRUE(transport::TcpOptions{}.adaptive_spin);  // the default
   off.adaptive_spin = false;
-  for (auto b : budgets_after_gaps(short_gaps, off)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  for (const auto& none : {fixed, over, off}) {
+    for (auto b : budgets_after_gaps(gaps, none, false, bytes, large)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  }
+}
+
+TEST(TcpTransport, SmallReceivesPollLongerAfterShortSleepsAndShorterAfterLongOnes) {
+  // A small receive polls for its SpinBudget's time, which adapts to its waits.
+  expect_budget_grows_then_shrinks(8, /*large=*/false);
+  expect_no_budget_where_it_does_not_apply(8, /*large=*/false);
 }
 
 TEST(TcpTransport, LargeReceivesPollForABudgetOfTheirOwn) {
@@ -580,36 +592,14 @@ TEST(TcpTransport, LargeReceivesPollForABudgetOfTheirOwn) {
   // SpinBudget of its own, which adapts as the small receives' does and leaves theirs alone. Before, a large
   // receive polled 64 times in all and then slept at every gap, and two ranks exchanging 512 KiB-4 MiB fell into
   // chains of late wake-ups (docs/performance.md, "Large tcp receives poll for a time too").
-  using transport::TcpTransport;
-  transport::TcpOptions o;
-  o.oversubscribed = 0;
-  o.adaptive_spin = true;
-  o.cores_contended = []() noexcept { return false; };
   constexpr size_t kBytes = 256 << 10;
-  constexpr size_t kShortGaps = 100;
-  std::vector<std::chrono::microseconds> gaps(kShortGaps, std::chrono::microseconds(100));
-  gaps.insert(gaps.end(), 10, std::chrono::microseconds(10000));
-  auto large = budgets_after_gaps(gaps, o, false, kBytes, /*large=*/true);
-  ASSERT_EQ(large.size(), gaps.size() + 1);
-  EXPECT_EQ(large.front(), TcpTransport::kSpinMin);
-  auto grown = *std::max_element(large.begin(), large.begin() + kShortGaps + 1);
-  EXPECT_GT(grown, TcpTransport::kSpinMin);
-  EXPECT_LE(grown, TcpTransport::kSpinMax);
-  EXPECT_EQ(large.back(), TcpTransport::kSpinMin);
+  expect_budget_grows_then_shrinks(kBytes, /*large=*/true);
   // The small receives' budget is not touched by large receives' waits.
-  for (auto b : budgets_after_gaps(gaps, o, false, kBytes, /*large=*/false)) EXPECT_EQ(b, TcpTransport::kSpinMin);
-  // On the progress thread of async calls, with CHORUS_TCP_SPIN's count, and oversubscribed: no budget, as for
-  // small receives (a large receive then polls the fixed count in all, as before).
-  std::vector<std::chrono::microseconds> short_gaps(20, std::chrono::microseconds(100));
-  for (auto b : budgets_after_gaps(short_gaps, o, /*background=*/true, kBytes, true)) {
-    EXPECT_EQ(b, TcpTransport::kSpinMin);
+  std::vector<std::chrono::microseconds> gaps(40, std::chrono::microseconds(100));
+  for (auto b : budgets_after_gaps(gaps, timed_poll_options(), false, kBytes, /*large=*/false)) {
+    EXPECT_EQ(b, transport::TcpTransport::kSpinMin);
   }
-  transport::TcpOptions fixed = o;
-  fixed.spin = 64;
-  for (auto b : budgets_after_gaps(short_gaps, fixed, false, kBytes, true)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
-  transport::TcpOptions over = o;
-  over.oversubscribed = 1;
-  for (auto b : budgets_after_gaps(short_gaps, over, false, kBytes, true)) EXPECT_EQ(b, std::chrono::nanoseconds(0));
+  expect_no_budget_where_it_does_not_apply(kBytes, /*large=*/true);
 }
 
 TEST(TcpTransport, SmallReceivesKeepTheirShortestPollWhileOtherWorkWantsTheCores) {
