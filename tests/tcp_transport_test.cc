@@ -374,6 +374,41 @@ TEST(TcpTransport, ConnectionsOnOneHostReceiveIntoAFixedBufferUnlessAskedOtherwi
   }
 }
 
+TEST(TcpTransport, SameHostSendsQueueAtMostTheirLowMarkUnlessAskedOtherwise) {
+  // Same-host connections get TCP_NOTSENT_LOWAT = kSameHostNotsentLowat (so that little of a send waits in the
+  // socket to go out from the peer's CPU), and the settings line says so; 0 leaves the kernel's (which reads 0).
+  using transport::TcpTransport;
+  int seen[2] = {-1, -1};
+  std::string settings[2];
+  auto record = [&](int rank) {
+    return [&, rank](TcpTransport& t) {
+      seen[rank] = t.notsent_lowat(1 - rank);
+      settings[rank] = t.settings();
+    };
+  };
+  run_pair(record(0), record(1));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(seen[r], TcpTransport::kSameHostNotsentLowat);
+    EXPECT_NE(
+        settings[r].find("same-host sends queue at most 524288 unsent bytes (CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT)"),
+        std::string::npos)
+        << settings[r];
+  }
+  transport::TcpOptions kernel;
+  kernel.same_host_notsent_lowat_bytes = 0;
+  run_pair(record(0), record(1), kernel);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(seen[r], 0);
+    EXPECT_NE(settings[r].find("same-host sends queue as the kernel allows (CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT=0)"),
+              std::string::npos)
+        << settings[r];
+  }
+  transport::TcpOptions small;
+  small.same_host_notsent_lowat_bytes = 64 << 10;
+  run_pair(record(0), record(1), small);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(seen[r], 64 << 10);
+}
+
 // Each value of the environment variable `name` makes a tcp communicator's creation fail with InvalidArgument
 // naming the variable.
 void expect_tcp_setting_refused(const char* name, std::initializer_list<const char*> values) {
@@ -448,10 +483,13 @@ TEST(TcpTransport, SpinSettingIsCheckedAndEveryValueGivesRightResults) {
   expect_right_results_with("CHORUS_TCP_ADAPTIVE_SPIN", {"0", "1"});
 }
 
-TEST(TcpTransport, SameHostReceiveBufferSettingIsCheckedAndEveryValueGivesRightResults) {
+TEST(TcpTransport, SameHostBufferSettingsAreCheckedAndEveryValueGivesRightResults) {
   // CHORUS_TCP_SAME_HOST_RCVBUF: a size up to 1 GiB; 0 autotunes same-host connections too.
   expect_tcp_setting_refused("CHORUS_TCP_SAME_HOST_RCVBUF", {"lots", "-1", "2G"});
   expect_right_results_with("CHORUS_TCP_SAME_HOST_RCVBUF", {"0", "64K", "4M"});
+  // CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT: the same; 0 leaves the kernel's.
+  expect_tcp_setting_refused("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT", {"lots", "-1", "2G"});
+  expect_right_results_with("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT", {"0", "16K", "4M"});
 }
 
 TEST(TcpTransport, ReadAheadSettingIsCheckedAndEveryValueGivesRightResults) {

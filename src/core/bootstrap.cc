@@ -245,6 +245,7 @@ std::unique_ptr<Communicator::Impl> bootstrap(std::shared_ptr<Store> store, int 
   topts.ifname = impl->config.socket_ifname;
   topts.socket_buffer_bytes = impl->config.socket_buffer_bytes;
   topts.same_host_receive_buffer_bytes = impl->config.tcp_same_host_rcvbuf;
+  topts.same_host_notsent_lowat_bytes = impl->config.tcp_same_host_notsent_lowat;
   topts.congestion = impl->config.tcp_congestion;
   topts.auth_token = impl->config.auth_token;
   topts.oversubscribed = host_ranks_per_core > 1 ? 1 : 0;

@@ -254,6 +254,16 @@ Config resolve_config(const CommOptions& o) {
     }
     c.tcp_same_host_rcvbuf = static_cast<int>(*v);
   }
+  if (auto b = env_string("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT")) {
+    auto v = parse_size(*b);
+    if (!v || *v > (1u << 30)) {
+      base::throw_error(ErrorCode::InvalidArgument,
+                        fmt::format("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT='{}' is not a size (0 leaves same-host "
+                                    "connections' sends queueing as the kernel allows)",
+                                    *b));
+    }
+    c.tcp_same_host_notsent_lowat = static_cast<int>(*v);
+  }
   if (auto v = env_string("CHORUS_TCP_CONGESTION")) {
     // A name the kernel does not know is found when the connections are made (the allowed list is the kernel's).
     const bool plausible = !v->empty() && v->size() < 16 && std::all_of(v->begin(), v->end(), [](char ch) {

@@ -24,6 +24,8 @@ struct Config {
   int socket_buffer_bytes = 0;
   // CHORUS_TCP_SAME_HOST_RCVBUF (transport::TcpOptions::same_host_receive_buffer_bytes); -1: the transport's own
   int tcp_same_host_rcvbuf = -1;
+  // CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT (transport::TcpOptions::same_host_notsent_lowat_bytes); -1: the transport's
+  int tcp_same_host_notsent_lowat = -1;
   std::string tcp_congestion = "auto";  // CHORUS_TCP_CONGESTION (transport::TcpOptions::congestion)
   // Shared memory: CHORUS_SHM_RING_BYTES, CHORUS_SHM_SINGLE_COPY_BYTES, CHORUS_SHM_CMA (cross-memory attach:
   // 1 wherever the kernel allows it, 0 never, auto (-1) where a probe at creation finds it pays),

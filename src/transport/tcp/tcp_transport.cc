@@ -1,5 +1,6 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
@@ -215,6 +216,8 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
 
   int same_host = 0;
   t->socket_buffer_bytes_ = options.socket_buffer_bytes;
+  t->same_host_lowat_ =
+      options.same_host_notsent_lowat_bytes < 0 ? kSameHostNotsentLowat : options.same_host_notsent_lowat_bytes;
   if (options.socket_buffer_bytes <= 0) {
     t->same_host_rcvbuf_asked_ =
         options.same_host_receive_buffer_bytes < 0 ? kSameHostReceiveBuffer : options.same_host_receive_buffer_bytes;
@@ -230,6 +233,9 @@ std::unique_ptr<TcpTransport> TcpTransport::connect(Store& store, const std::str
       // Before any payload flows, so that no transfer runs in a window autotuning has not grown yet.
       if (t->same_host_rcvbuf_asked_ > 0) {
         t->same_host_rcvbuf_ = base::set_receive_buffer(fd, t->same_host_rcvbuf_asked_);
+      }
+      if (t->same_host_lowat_ > 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &t->same_host_lowat_, sizeof(t->same_host_lowat_));
       }
     }
     set_congestion(fd, options.congestion, rank, p, &same_host);
@@ -300,6 +306,14 @@ std::string TcpTransport::settings() const {
         "(CHORUS_TCP_SAME_HOST_RCVBUF), others autotuned",
         same_host_rcvbuf_asked_);
   }
+  if (same_host_ > 0) {
+    if (same_host_lowat_ > 0) {
+      buffers += fmt::format("; same-host sends queue at most {} unsent bytes (CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT)",
+                             same_host_lowat_);
+    } else {
+      buffers += "; same-host sends queue as the kernel allows (CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT=0)";
+    }
+  }
   return fmt::format("tcp: {} (CHORUS_TCP_CONGESTION={}); {}; {} (CHORUS_TCP_READ_AHEAD); {}", cc, congestion_, spin,
                      ahead, buffers);
 }
@@ -307,6 +321,13 @@ std::string TcpTransport::settings() const {
 std::string TcpTransport::congestion_control(int peer) const {
   if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer].fd.valid()) return "";
   return base::congestion_control(peers_[peer].fd.get());
+}
+
+int TcpTransport::notsent_lowat(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size()) || !peers_[peer].fd.valid()) return 0;
+  int bytes = 0;
+  socklen_t len = sizeof(bytes);
+  return getsockopt(peers_[peer].fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, &len) == 0 ? bytes : 0;
 }
 
 int TcpTransport::receive_buffer(int peer) const {
@@ -401,6 +422,7 @@ void TcpTransport::progress_sends(int peer) {
       base::throw_errno(fmt::format("send to rank {}", peer), errno);
     }
     size_t left = static_cast<size_t>(w);
+    p.written += left;
     while (left > 0) {
       SendReq& r = p.queue.front();
       size_t rem = sizeof(FrameHeader) + r.len - r.done;
@@ -429,13 +451,42 @@ bool TcpTransport::progress() {
 
 void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
   Peer& p = peers_[h.peer];
+  // Each wait for room in the socket (from a write that left bytes queued until the next one that moved some)
+  // polls for send_spin_budget_'s time before it sleeps, where receives poll for theirs: a sender whose peer
+  // takes its bytes steadily (a reduce's leaf, a broadcast's root) then refills the socket from its own CPU as
+  // room frees instead of sleeping and waking late each time (docs/performance.md, "Same-host tcp sends queue
+  // little").
+  const bool timed = timed_spin_ && !on_background_thread();
+  bool waiting = false, slept = false, contended = false;
+  base::Clock::time_point wait_start{};
+  uint64_t written = p.written;
+  progress_sends(h.peer);
   while (p.completed <= h.index) {
     check_usable();
     if (p.severed) throw_peer_error(h.peer, "cannot send");
-    progress_sends(h.peer);
-    if (p.completed > h.index) break;
-    poll_once(deadline, -1, h.peer, "to accept our data", nullptr);
+    if (p.written != written) {
+      written = p.written;
+      if (slept) send_spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
+      waiting = slept = false;
+    }
+    bool poll_more = false;
+    if (timed) {
+      const auto now = base::Clock::now();
+      if (!waiting) {
+        waiting = true;
+        wait_start = now;
+      }
+      poll_more = !slept && now - wait_start < send_spin_budget_.budget();
+      if (!poll_more && !slept) {
+        slept = true;
+        contended = cores_contended_();
+      }
+    }
+    // Writes what fits when epoll reports room (progress_sends); blocks only when the poll is over.
+    poll_once(deadline, -1, h.peer, "to accept our data", nullptr, /*nonblocking=*/poll_more);
+    if (!poll_more) progress_sends(h.peer);
   }
+  if (slept) send_spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
 }
 
 void TcpTransport::flush(const base::Deadline& deadline) {

@@ -27,6 +27,9 @@ struct TcpOptions {
   // Where socket_buffer_bytes is 0: the receive buffer of connections whose two ends are addresses of this host
   // (CHORUS_TCP_SAME_HOST_RCVBUF; 0 autotunes them too). See TcpTransport::kSameHostReceiveBuffer.
   int same_host_receive_buffer_bytes = -1;  // -1: kSameHostReceiveBuffer
+  // TCP_NOTSENT_LOWAT of connections whose two ends are addresses of this host (CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT;
+  // 0 leaves the kernel's). See TcpTransport::kSameHostNotsentLowat.
+  int same_host_notsent_lowat_bytes = -1;  // -1: kSameHostNotsentLowat
   // Congestion control (CHORUS_TCP_CONGESTION). "auto": connections whose two ends are addresses of this host
   // use kSameHostCongestion, others the system's default; "system": the system's default everywhere; any other
   // name: that algorithm on every connection (an Error if the kernel refuses it).
@@ -72,6 +75,14 @@ class TcpTransport final : public Transport {
   // was slow (docs/performance.md, "A fixed receive buffer on same-host tcp"). Across hosts, where the window a
   // path needs is unknown, autotuning stays.
   static constexpr int kSameHostReceiveBuffer = 4 << 20;
+  // How many bytes a same-host connection's send may queue beyond what the kernel has sent (TCP_NOTSENT_LOWAT).
+  // Loopback delivers a segment on the CPU that transmits it, and queued segments go out from the CPU that
+  // processes the ACK that frees them, which in an exchange is the peer's: two per-CPU queues, segments out of
+  // order, RACK takes them for lost at a round trip of microseconds, and the congestion window is cut. In the
+  // 2-rank tcp rows of 1-16 MiB (2026-12-07) that was 400-800 retransmitted segments per bench launch; with 512
+  // KiB 25-59, and all_gather and all_to_all of 1-4 MiB took 0.77-0.90 of the time (docs/performance.md,
+  // "Same-host tcp sends queue little").
+  static constexpr int kSameHostNotsentLowat = 512 << 10;
   // The timed poll of small receives (TcpOptions::spin): receives of up to this many bytes, a budget between
   // these two (64 polls took about 40 us on the test host; in the chains of sleeping waits seen there each
   // wait took 134-160 us in one hour and 360-390 us in another, docs/performance.md). The maximum is the
@@ -94,6 +105,8 @@ class TcpTransport final : public Transport {
   // The receive buffer of the connection to `peer`, as SO_RCVBUF reports it (0 for this rank or when it cannot be
   // read): twice what was asked where it was fixed, else autotuning's current size.
   int receive_buffer(int peer) const;
+  // The TCP_NOTSENT_LOWAT of the connection to `peer` (0: the kernel's default, or unreadable).
+  int notsent_lowat(int peer) const;
   // Congestion control, spin and read-ahead in force, e.g. "tcp: reno on the 1 connection within this host
   // (CHORUS_TCP_CONGESTION=auto); 64 polls before a receive sleeps (CHORUS_TCP_SPIN); read-ahead of 16384 bytes
   // past frames of up to 4096 (CHORUS_TCP_READ_AHEAD)".
@@ -155,6 +168,7 @@ class TcpTransport final : public Transport {
     std::deque<SendReq> queue;
     uint64_t posted = 0;
     uint64_t completed = 0;
+    uint64_t written = 0;         // bytes written to the socket, frames' headers included
     uint32_t interest = 0;        // EPOLLIN / EPOLLOUT currently registered
     bool hung_up = false;         // the peer's stream has ended; what was left is in `stash`
     bool goodbye = false;         // the peer closed its communicator cleanly
@@ -213,6 +227,8 @@ class TcpTransport final : public Transport {
   // late, the other's polls ran out and it slept too, call after call, and 512 KiB-4 MiB all_reduces took about
   // 1.5 times as long for whole benchmark rows in about a third of the runs (docs/performance.md).
   SpinBudget large_spin_budget_{kSpinMin, kSpinMax};
+  // The same for each wait of a send for room in its socket (wait_send).
+  SpinBudget send_spin_budget_{kSpinMin, kSpinMax};
   bool (*cores_contended_)() noexcept = transport::cores_contended;  // TcpOptions::cores_contended
   size_t read_ahead_bytes_ = 0;
   std::string congestion_;  // TcpOptions::congestion
@@ -221,6 +237,7 @@ class TcpTransport final : public Transport {
   int socket_buffer_bytes_ = 0;     // TcpOptions::socket_buffer_bytes
   int same_host_rcvbuf_asked_ = 0;  // TcpOptions::same_host_receive_buffer_bytes in force (0: none)
   int same_host_rcvbuf_ = 0;        // the receive buffer the kernel reported for them (0: left autotuned)
+  int same_host_lowat_ = 0;         // TcpOptions::same_host_notsent_lowat_bytes in force (0: the kernel's)
   std::vector<Peer> peers_;
   base::Fd epoll_;
   base::Fd wake_;  // eventfd: abort() from another thread
