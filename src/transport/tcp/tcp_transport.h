@@ -71,9 +71,9 @@ class TcpTransport final : public Transport {
   // 512 KiB-4 MiB calls of 2-rank sweeps then took 1.3-1.7 times as long for the whole run in 29 of 88 launches,
   // and in the slow all_gather launches a connection ended with a congestion window of 12-29 segments, in the
   // fast ones both with 50-105 (likely: early transfers held by a small window leave the congestion window
-  // unused, and the kernel shrinks an unused one). With a fixed buffer of 4 MiB (and large receives' own poll budget) 1 of 58 launches
-  // was slow (docs/performance.md, "A fixed receive buffer on same-host tcp"). Across hosts, where the window a
-  // path needs is unknown, autotuning stays.
+  // unused, and the kernel shrinks an unused one). With a fixed buffer of 4 MiB (and large receives' own poll
+  // budget) 1 of 58 launches was slow (docs/performance.md, "A fixed receive buffer on same-host tcp"). Across
+  // hosts, where the window a path needs is unknown, autotuning stays.
   static constexpr int kSameHostReceiveBuffer = 4 << 20;
   // How many bytes a same-host connection's send may queue beyond what the kernel has sent (TCP_NOTSENT_LOWAT).
   // Loopback delivers a segment on the CPU that transmits it, and queued segments go out from the CPU that
