@@ -237,33 +237,18 @@ Config resolve_config(const CommOptions& o) {
     c.copy_gbps = gbps;
   }
 
-  if (auto b = env_string("CHORUS_SOCKET_BUFFER_BYTES")) {
-    auto v = parse_size(*b);
-    if (!v || *v > (1u << 30)) {
-      base::throw_error(ErrorCode::InvalidArgument, fmt::format("CHORUS_SOCKET_BUFFER_BYTES='{}' is not a size", *b));
-    }
-    c.socket_buffer_bytes = static_cast<int>(*v);
-  }
-  if (auto b = env_string("CHORUS_TCP_SAME_HOST_RCVBUF")) {
-    auto v = parse_size(*b);
-    if (!v || *v > (1u << 30)) {
-      base::throw_error(ErrorCode::InvalidArgument,
-                        fmt::format("CHORUS_TCP_SAME_HOST_RCVBUF='{}' is not a size (0 autotunes same-host "
-                                    "connections' receive buffers as the others')",
-                                    *b));
-    }
-    c.tcp_same_host_rcvbuf = static_cast<int>(*v);
-  }
-  if (auto b = env_string("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT")) {
-    auto v = parse_size(*b);
-    if (!v || *v > (1u << 30)) {
-      base::throw_error(ErrorCode::InvalidArgument,
-                        fmt::format("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT='{}' is not a size (0 leaves same-host "
-                                    "connections' sends queueing as the kernel allows)",
-                                    *b));
-    }
-    c.tcp_same_host_notsent_lowat = static_cast<int>(*v);
-  }
+  // Socket sizes, int fields of at most 1 GiB, set only where the variable is: CHORUS_SOCKET_BUFFER_BYTES
+  // (both buffers of every connection), and for same-host connections the receive buffer (0: autotuned as the
+  // others) and TCP_NOTSENT_LOWAT (0: the kernel's).
+  auto socket_size_var = [&size_var](const char* name, int* out) {
+    if (!env_string(name)) return;
+    size_t v = 0;
+    size_var(name, 0, size_t{1} << 30, &v);
+    *out = static_cast<int>(v);
+  };
+  socket_size_var("CHORUS_SOCKET_BUFFER_BYTES", &c.socket_buffer_bytes);
+  socket_size_var("CHORUS_TCP_SAME_HOST_RCVBUF", &c.tcp_same_host_rcvbuf);
+  socket_size_var("CHORUS_TCP_SAME_HOST_NOTSENT_LOWAT", &c.tcp_same_host_notsent_lowat);
   if (auto v = env_string("CHORUS_TCP_CONGESTION")) {
     // A name the kernel does not know is found when the connections are made (the allowed list is the kernel's).
     const bool plausible = !v->empty() && v->size() < 16 && std::all_of(v->begin(), v->end(), [](char ch) {

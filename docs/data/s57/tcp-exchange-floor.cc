@@ -21,7 +21,10 @@
 #include <cstring>
 #include <vector>
 
-static void die(const char* what) { perror(what); exit(1); }
+static void die(const char* what) {
+  perror(what);
+  exit(1);
+}
 
 // Sends `n` bytes of `out` and receives `n` bytes into `in` on one non-blocking socket, both at once.
 static void exchange(int fd, const char* out, char* in, size_t n) {
@@ -30,14 +33,20 @@ static void exchange(int fd, const char* out, char* in, size_t n) {
     bool moved = false;
     if (sent < n) {
       ssize_t w = send(fd, out + sent, n - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (w > 0) sent += w, moved = true;
-      else if (w < 0 && errno != EAGAIN) die("send");
+      if (w > 0)
+        sent += w, moved = true;
+      else if (w < 0 && errno != EAGAIN)
+        die("send");
     }
     if (got < n) {
       ssize_t r = recv(fd, in + got, n - got, MSG_DONTWAIT);
-      if (r > 0) got += r, moved = true;
-      else if (r == 0) { fprintf(stderr, "peer closed\n"); exit(1); }
-      else if (errno != EAGAIN) die("recv");
+      if (r > 0)
+        got += r, moved = true;
+      else if (r == 0) {
+        fprintf(stderr, "peer closed\n");
+        exit(1);
+      } else if (errno != EAGAIN)
+        die("recv");
     }
     (void)moved;  // poll without sleeping, as a spinning library would: the floor, not a policy
   }
@@ -54,7 +63,10 @@ static void run(int fd, int rank, size_t bytes, int iters) {
   std::vector<float> a(bytes / 4, 1.0f + rank), b(bytes / 4), tmp(bytes / 4);
   const size_t half = bytes / 2, hf = half / 4;
   auto once = [&](bool halves) {
-    if (!halves) { exchange(fd, (char*)a.data(), (char*)b.data(), bytes); return; }
+    if (!halves) {
+      exchange(fd, (char*)a.data(), (char*)b.data(), bytes);
+      return;
+    }
     // Rank 0 keeps the first half, rank 1 the second: send the other's half, sum ours, send it back.
     float* mine = a.data() + (rank == 0 ? 0 : hf);
     float* theirs = a.data() + (rank == 0 ? hf : 0);
@@ -78,7 +90,10 @@ static void run(int fd, int rank, size_t bytes, int iters) {
       once(shape);
       t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
-    if (shape == 1 && b[0] != 3.0f) { fprintf(stderr, "wrong sum %f\n", b[0]); exit(1); }
+    if (shape == 1 && b[0] != 3.0f) {
+      fprintf(stderr, "wrong sum %f\n", b[0]);
+      exit(1);
+    }
     if (rank == 0 && getenv("BLOCKS")) {  // means of consecutive blocks of 20 calls, as chorus-perf -n 20 times
       std::vector<double> m;
       for (size_t i = 0; i + 20 <= t.size(); i += 20) {
