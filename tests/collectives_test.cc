@@ -424,6 +424,7 @@ TEST_P(ShmWakeups, EveryFrameWakesItsSleepingReceiver) {
   o.transport = TransportKind::Shm;
   o.timeout = std::chrono::seconds(60);
   constexpr int kRanks = 3;
+  std::atomic<uint64_t> sleeps{0};
   run_world(kRanks, o, [&](Communicator& comm) {
     const int r = comm.rank();
     for (int i = 0; i < 400; ++i) {
@@ -440,9 +441,12 @@ TEST_P(ShmWakeups, EveryFrameWakesItsSleepingReceiver) {
       ASSERT_EQ(b, i);
     }
     TrafficCounters t = comm.traffic();
-    EXPECT_GT(t.sleeps, 0u);
+    sleeps += t.sleeps;
     EXPECT_EQ(t.missed_wakeups, 0u) << "rank " << r << " slept " << t.sleeps << " times";
   });
+  // The ranks slept (the test exercised the wake-ups). Not every rank need have: under ctest's parallel jobs one
+  // rank of a CI run (2026-12-07) found its data there at every wait's last look, 800 calls long.
+  EXPECT_GT(sleeps.load(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ordering, ShmWakeups, ::testing::Bool(),
