@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/time.h"
+
 namespace chorus::transport {
 
 class SpinBudget {
@@ -51,6 +53,43 @@ class SpinBudget {
   std::chrono::nanoseconds min_;
   std::chrono::nanoseconds max_;
   std::chrono::nanoseconds budget_;
+};
+
+// One wait that polls for a SpinBudget's time and then sleeps, as tcp's receives and sends wait: poll() at each
+// poll that found nothing says whether to poll again (false: sleep now; the first such answer asks
+// `contended` once), and done() when what it waited for came teaches the budget how long a wait that slept took
+// and starts the next wait afresh.
+class TimedWait {
+ public:
+  TimedWait(SpinBudget& budget, bool (*contended)() noexcept) : budget_(budget), contended_fn_(contended) {}
+  bool poll() {
+    const auto now = base::Clock::now();
+    if (!waiting_) {
+      waiting_ = true;
+      start_ = now;
+    }
+    ++polls_;
+    const bool more = !slept_ && now - start_ < budget_.budget();
+    if (!more && !slept_) {
+      slept_ = true;
+      contended_ = contended_fn_();
+    }
+    return more;
+  }
+  void done() {
+    if (slept_) budget_.after_sleep(base::Clock::now() - start_, contended_);
+    waiting_ = slept_ = false;
+    polls_ = 0;
+  }
+  // Polls of this wait so far.
+  uint32_t polls() const { return polls_; }
+
+ private:
+  SpinBudget& budget_;
+  bool (*contended_fn_)() noexcept;
+  bool waiting_ = false, slept_ = false, contended_ = false;
+  uint32_t polls_ = 0;
+  base::Clock::time_point start_{};
 };
 
 }  // namespace chorus::transport

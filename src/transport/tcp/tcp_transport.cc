@@ -457,8 +457,7 @@ void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
   // room frees instead of sleeping and waking late each time (docs/performance.md, "Same-host tcp sends queue
   // little").
   const bool timed = timed_spin_ && !on_background_thread();
-  bool waiting = false, slept = false, contended = false;
-  base::Clock::time_point wait_start{};
+  TimedWait wait(send_spin_budget_, cores_contended_);
   uint64_t written = p.written;
   progress_sends(h.peer);
   while (p.completed <= h.index) {
@@ -466,27 +465,14 @@ void TcpTransport::wait_send(SendHandle h, const base::Deadline& deadline) {
     if (p.severed) throw_peer_error(h.peer, "cannot send");
     if (p.written != written) {
       written = p.written;
-      if (slept) send_spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
-      waiting = slept = false;
+      wait.done();
     }
-    bool poll_more = false;
-    if (timed) {
-      const auto now = base::Clock::now();
-      if (!waiting) {
-        waiting = true;
-        wait_start = now;
-      }
-      poll_more = !slept && now - wait_start < send_spin_budget_.budget();
-      if (!poll_more && !slept) {
-        slept = true;
-        contended = cores_contended_();
-      }
-    }
+    const bool poll_more = timed && wait.poll();
     // Writes what fits when epoll reports room (progress_sends); blocks only when the poll is over.
     poll_once(deadline, -1, h.peer, "to accept our data", nullptr, /*nonblocking=*/poll_more);
     if (!poll_more) progress_sends(h.peer);
   }
-  if (slept) send_spin_budget_.after_sleep(base::Clock::now() - wait_start, contended);
+  wait.done();
 }
 
 void TcpTransport::flush(const base::Deadline& deadline) {
@@ -640,16 +626,13 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
   // bytes, so that its payload is never copied twice.
   const bool read_ahead = len <= read_ahead_bytes_ / 4;
   int spins = 0;
-  // Each wait of a receive polls for a SpinBudget's time: from its first empty poll (wait_start) until it
+  // Each wait of a receive polls for a SpinBudget's time: from its first empty poll until it
   // sleeps; once it has slept, the time it took teaches the budget (transport/spin_budget.h). Small receives
   // and large ones keep budgets of their own: a large receive waits once per gap between the peer's segments,
   // and in a chain of sleeping waits (below) for the peer's late start.
   const bool small = len <= kTimedSpinMaxBytes;
   const bool timed = timed_spin_ && !on_background_thread();
-  SpinBudget& budget = small ? spin_budget_ : large_spin_budget_;
-  bool waiting = false, slept = false, contended = false;
-  uint32_t wait_polls = 0;  // empty polls in this wait
-  base::Clock::time_point wait_start{};
+  TimedWait wait(small ? spin_budget_ : large_spin_budget_, cores_contended_);
   // Whether to read the socket now. After a read found it empty, a small one-way receive's wait reads it again
   // only once epoll says it is readable (or every kReadEveryPolls polls regardless): an empty readv takes the
   // socket's lock, which the peer's delivery of the frame we wait for also takes, and where the peer streams
@@ -671,24 +654,14 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
     if (pgot < piece) iov[n++] = {pdst + pgot, piece - pgot};
     if (n > 0) {
       const bool buffered = p.ahead_pos < p.ahead_end || p.stash_pos < p.stash.size() || p.hung_up;
-      const bool gated = gate_reads || (timed && !small && wait_polls > kLargeReadPolls);
+      const bool gated = gate_reads || (timed && !small && wait.polls() > kLargeReadPolls);
       ssize_t r = !gated || try_read || buffered || ++unread_polls % kReadEveryPolls == 0
                       ? read_some(peer, iov, n, read_ahead)
                       : -1;
       if (r < 0) {
         bool poll_more;
         if (timed) {
-          const auto now = base::Clock::now();
-          if (!waiting) {
-            waiting = true;
-            wait_start = now;
-          }
-          poll_more = !slept && now - wait_start < budget.budget();
-          ++wait_polls;
-          if (!poll_more && !slept) {
-            slept = true;
-            contended = cores_contended_();
-          }
+          poll_more = wait.poll();
         } else {
           poll_more = spins < spin_;
           if (poll_more) ++spins;
@@ -702,11 +675,7 @@ void TcpTransport::receive(int peer, const MessageTag& tag, char* dst, size_t le
         continue;
       }
       try_read = true;
-      if (waiting) {
-        if (slept) budget.after_sleep(base::Clock::now() - wait_start, contended);
-        waiting = slept = false;
-        wait_polls = 0;
-      }
+      wait.done();
       if (r == 0) {
         handle_hangup(peer);
         if (hgot > 0 && (hgot < sizeof(h) || done + pgot < len) && !p.goodbye) {
